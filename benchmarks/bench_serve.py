@@ -14,7 +14,8 @@ nginx. The clients run in this Python process, so on few cores the figures are b
 client as much as by the server. Timings are never asserted; ``--quick`` shrinks everything.
 
 ``python benchmarks/bench_serve.py append [--seconds 5] [--repeat 3] [--clients 1,4] [--batch
-1,20] [--own-logs] [--durable]`` measures the append API instead: a throwaway PostgreSQL cluster
+1,20] [--own-logs] [--durable] [--turn-seconds S]`` measures the append API instead (the
+services' ``--turn-seconds``, 0 for no turns, docs/service.md §7): a throwaway PostgreSQL cluster
 (``tests/support/pg_server.py``: ``fsync`` off like the tests' cluster, or PostgreSQL's defaults
 with ``--durable``) holds the logs. For each events-per-call and number of clients, three paths run
 in turn, ``--repeat`` times, each run on a fresh log: (a) direct (each client its own
@@ -266,6 +267,7 @@ def bench_append(
     repeat: int,
     durable: bool,
     own_logs: bool,
+    turn_seconds: float = 2.0,
 ) -> None:
     """Appends per second directly to PostgreSQL and through 1 and 4 `ledger serve` processes.
 
@@ -304,6 +306,8 @@ def bench_append(
                         "--store",
                         pg.url(),
                         "--allow-create",
+                        "--turn-seconds",
+                        str(turn_seconds),
                         "--port",
                         str(port),
                     ],
@@ -318,7 +322,8 @@ def bench_append(
                 f"events appended per second, {seconds:g} s a run, {repeat} run(s) a row, "
                 f"PostgreSQL on 127.0.0.1 ({'fsync on' if durable else 'fsync off'}), "
                 f"service HTTP: {http}; each client its own process; "
-                f"{'each client its own log' if own_logs else 'all clients on one log'}"
+                f"{'each client its own log' if own_logs else 'all clients on one log'}; "
+                + (f"turns of {turn_seconds:g} s" if turn_seconds > 0 else "no turns")
             )
             print(f"  before: {_load()}")
             serial = [0]
@@ -411,6 +416,12 @@ def main() -> None:
         ap.add_argument(
             "--own-logs", action="store_true", help="each client appends to its own study"
         )
+        ap.add_argument(
+            "--turn-seconds",
+            type=float,
+            default=2.0,
+            help="the services' --turn-seconds (0: a loser gets a plain 409, no turn)",
+        )
         ap.add_argument("--quick", action="store_true")
         opts = ap.parse_args(sys.argv[2:])
         counts = [int(c) for c in opts.clients.split(",")]
@@ -422,6 +433,7 @@ def main() -> None:
             repeat=1 if opts.quick else opts.repeat,
             durable=opts.durable,
             own_logs=opts.own_logs,
+            turn_seconds=opts.turn_seconds,
         )
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -63,13 +63,26 @@ class ConflictError(StoreError):
     """
 
     def __init__(
-        self, message: str, *, size: int, last: str, head: dict[str, object] | None = None
+        self,
+        message: str,
+        *,
+        size: int,
+        last: str,
+        head: dict[str, object] | None = None,
+        turn: str | None = None,
+        turn_url: str | None = None,
     ) -> None:
-        """Name the head the envelope should have continued (``head``: as the service sent it)."""
+        """Name the head the envelope should have continued (``head``: as the service sent it).
+
+        ``turn`` is the token of the turn the service holds for this writer at that head
+        (``docs/service.md`` §7), to send with the re-signed batch to ``turn_url``.
+        """
         super().__init__(message)
         self.size = size
         self.last = last
         self.head = head
+        self.turn = turn
+        self.turn_url = turn_url
 
 
 class RefusedError(LedgerError):

@@ -37,6 +37,9 @@ API = "api/v1"
 READ_HEADER = "Ledger-Signature"
 READ_CONTEXT = "prompt-ledger read v1"
 KEY_ENV = "PROMPT_LEDGER_KEY"
+TURN_HEADER = "Ledger-Turn"
+"""Header of an append: ``ask`` (give me a turn if I lose the race) or a turn's token."""
+TURN_ASK = "ask"
 RETRY_SECONDS = 60.0
 """How long a request that got no answer (or a 502/503/504) is retried, byte for byte."""
 TIMEOUT_SECONDS = 60.0
@@ -122,6 +125,8 @@ class Answer:
     status_code: int
     headers: dict[str, str]
     content: bytes
+    url: str = ""
+    """The base URL the request was answered by (one of the location's)."""
 
     @property
     def is_success(self) -> bool:
@@ -184,14 +189,18 @@ class Client:
         params: Mapping[str, Any] | None = None,
         signer: SigningKey | None = None,
         allow: tuple[int, ...] = (),
+        headers: Mapping[str, str] | None = None,
+        url: str | None = None,
     ) -> Answer:
         """Send one request; retry it unchanged while no answer comes (or 502/503/504).
 
         Answers other than 2xx and ``allow`` raise the library error their status means.
-        Thread-safe: requests from several threads are sent one after the other.
+        ``url`` (one of the location's base URLs) is where the first attempt goes, instead of
+        the next in turn. Thread-safe: requests from several threads are sent one after the
+        other.
         """
         with self._lock:
-            return self._request(method, op, json, params, signer, allow)
+            return self._request(method, op, json, params, signer, allow, headers or {}, url)
 
     def _request(
         self,
@@ -201,6 +210,8 @@ class Client:
         params: Mapping[str, Any] | None,
         signer: SigningKey | None,
         allow: tuple[int, ...],
+        extra: Mapping[str, str],
+        first: str | None,
     ) -> Answer:
         deadline = time.monotonic() + RETRY_SECONDS
         urls = self.where.urls
@@ -208,11 +219,14 @@ class Client:
         body = None if json is None else _json.dumps(json, separators=(",", ":")).encode()
         query = f"?{urlencode(params)}" if params else ""
         while True:
-            base = urls[self._next % len(urls)]
-            self._next += 1
+            if first in urls:
+                base, first = str(first), None
+            else:
+                base = urls[self._next % len(urls)]
+                self._next += 1
             conn, prefix = self._conn(base)
             target = f"{prefix}/{API}/{op}{query}"
-            headers = {"Accept": "application/json"}
+            headers = {"Accept": "application/json", **extra}
             if body is not None:
                 headers["Content-Type"] = "application/json"
             if signer is not None:
@@ -222,7 +236,9 @@ class Client:
             try:
                 conn.request(method, target, body=body, headers=headers)
                 raw = conn.getresponse()
-                answer = Answer(raw.status, {k.lower(): v for k, v in raw.getheaders()}, raw.read())
+                answer = Answer(
+                    raw.status, {k.lower(): v for k, v in raw.getheaders()}, raw.read(), base
+                )
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
                 self._conns.pop(base, None)
@@ -259,12 +275,16 @@ def _error(where: RemoteLocation, answer: Answer) -> LedgerError:
     status, why = answer.status_code, reason(answer)
     text = f"{where}: {why}"
     if status == 409:
-        head = answer.json().get("head", {}) if _is_json(answer) else {}
+        data = answer.json() if _is_json(answer) else {}
+        head = data.get("head", {})
+        turn = data.get("turn")
         return ConflictError(
             text,
             size=int(head.get("size", -1)),
             last=str(head.get("last", "")),
             head=head if "frontier" in head else None,
+            turn=turn if isinstance(turn, str) and "frontier" in head else None,
+            turn_url=answer.url or None,
         )
     if status == 403:
         return AuthorizationError(text)

@@ -42,7 +42,7 @@ from ledger._errors import (
     NoteError,
     StoreError,
 )
-from ledger._http import Client, RemoteLocation, b64, reason
+from ledger._http import TURN_ASK, TURN_HEADER, Client, RemoteLocation, b64, reason
 from ledger._keys import SigningKey, VerifierKey, user_home
 from ledger._merkle import EMPTY_ROOT, fold
 from ledger._note import Checkpoint
@@ -239,20 +239,24 @@ class RemoteLedger(Ledger):
             return events
         # Sign against the head this client left (no extra round trip); when another writer
         # appended meanwhile the service answers 409 and the batch is re-signed on the new head.
-        # A loser re-signs at once: pausing only the writers that lost hands the log to the
-        # one that keeps winning (it signs against its own last head, no round trip), which
-        # starved the others for seconds (docs/service.md §10).
+        # The request asks for a turn: a loser's 409 comes when the service holds the study's
+        # write lock for it, in the order the losers came (docs/service.md §7), and the batch
+        # re-signed on that 409's head is sent back with the turn's token to the same service
+        # process, which appends it under that lock: a writer cannot lose twice in a row to one
+        # that signs against its own last head without a round trip.
         tree = self._tree or _Tree.from_json(self._head())
+        turn: tuple[str, str | None] | None = None
         while True:
             after = tree.copy()
             events, blobs = self._sign(specs, key, after, pending={})
             try:
-                stored = self._submit(events, blobs, [], in_transaction=False)
+                stored = self._submit(events, blobs, [], in_transaction=False, turn=turn)
             except ConflictError as exc:
                 if exc.size < 0:
                     raise
                 self.conflicts += 1  # the 409 carries the new head: re-sign on it
                 tree = _Tree.from_json(exc.head if exc.head is not None else self._head())
+                turn = (exc.turn, exc.turn_url) if exc.turn else None
                 continue
             self._tree = after
             self._remember(stored)
@@ -341,7 +345,17 @@ class RemoteLedger(Ledger):
         checkpoints: Sequence[tuple[str, str, int]],
         *,
         in_transaction: bool,
+        turn: tuple[str, str | None] | None = None,
     ) -> list[Event]:
+        """Send one batch; ``turn`` is (token, base URL) of the turn the service holds for it.
+
+        Outside a transaction the request asks for a turn should it lose the race (a
+        transaction's events cannot be re-signed without running its block again).
+        """
+        headers = {} if in_transaction else {TURN_HEADER: TURN_ASK}
+        url = None
+        if turn is not None:
+            headers, url = {TURN_HEADER: turn[0]}, turn[1]
         payload = {
             "entries": [
                 {"envelope": b64(e.envelope), "signature": b64(e.signature)} for e in events
@@ -350,7 +364,7 @@ class RemoteLedger(Ledger):
             "checkpoints": [{"note": n, "created": c} for n, c, _ in checkpoints],
         }
         try:
-            answer = self._client.request("POST", "append", json=payload)
+            answer = self._client.request("POST", "append", json=payload, headers=headers, url=url)
         except ConflictError as exc:
             if in_transaction:
                 raise StoreError(

@@ -9,7 +9,9 @@ so any number of service processes may share one PostgreSQL. Routes, under
   times (hashes only: public);
 * ``POST append``: ``{"entries": [{"envelope", "signature"}], "blobs": {sha256: base64},
   "checkpoints": [{"note", "created"}]}``, all in one transaction; 200 with the seqs and
-  ``replayed`` (an identical batch already stored), 409 with the new head when the log moved;
+  ``replayed`` (an identical batch already stored), 409 with the new head when the log moved
+  (with ``Ledger-Turn: ask``, a 409 that comes with a turn: the write lock held for the
+  writer's re-signed batch, sent back with ``Ledger-Turn: <token>``; docs/service.md §7);
 * ``POST create``: a new study's genesis (only with ``--allow-create``);
 * ``POST cosign``: witness cosignature lines for a stored checkpoint;
 * ``GET keys``, ``GET checkpoints``, ``GET root?size=``, ``GET proof/inclusion?index=&size=``,
@@ -33,9 +35,11 @@ import binascii
 import json
 import queue
 import re
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,10 +61,10 @@ from ledger._errors import (
     RefusedError,
     StoreError,
 )
-from ledger._http import READ_HEADER, read_message
+from ledger._http import READ_HEADER, TURN_ASK, TURN_HEADER, read_message
 from ledger._keys import VerifierKey
 from ledger._postgres import PostgresLocation, is_url, schema_for
-from ledger._store import Ledger
+from ledger._store import Ledger, PreparedBatch
 
 __all__ = ["MAX_REQUEST_BYTES", "AppendService", "StoreRoot", "api_routes"]
 
@@ -72,6 +76,8 @@ MAX_ENTRIES = 10_000
 READ_SKEW_SECONDS = 300
 CONTENDED_SECONDS = 5.0
 """After a 409 for a study, its batches are checked for their position first for this long."""
+TURN_SECONDS = 2.0
+"""How long a turn holds the study's write lock for the writer it was given to (§7)."""
 STUDY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -125,8 +131,13 @@ class AppendService:
         allow_create: bool = False,
         connections: int = 4,
         max_request_bytes: int = MAX_REQUEST_BYTES,
+        turn_seconds: float = TURN_SECONDS,
     ) -> None:
-        """Serve the studies of ``store``; ``connections`` bounds the open ledgers per study."""
+        """Serve the studies of ``store``; ``connections`` bounds the open ledgers per study.
+
+        ``turn_seconds`` is how long a writer that lost a race may take to re-sign while its
+        turn holds the study's write lock (0: no turns, a loser gets a plain 409).
+        """
         self.store = store
         self.allow_create = allow_create
         self.connections = connections
@@ -136,6 +147,9 @@ class AppendService:
         self._lock = threading.Lock()
         self._conflicts: dict[str, float] = {}
         """When this process last answered 409 for each study (``time.monotonic``)."""
+        self.turn_seconds = turn_seconds
+        self._turns: dict[str, _Turn] = {}
+        """The turns this process holds, by token."""
 
     def contended(self, study: str) -> bool:
         """True when this process answered a 409 for ``study`` in the last few seconds."""
@@ -145,6 +159,51 @@ class AppendService:
     def conflict(self, study: str) -> None:
         """Note a 409 answered for ``study``: its next batches are checked before signatures."""
         self._conflicts[study] = time.monotonic()
+
+    def offer_turn(
+        self, study: str, attempt: tuple[PreparedBatch, list[Any]] | None = None
+    ) -> Future[Response]:
+        """Queue a writer that lost a race for its turn; the 409 that gives it comes later.
+
+        A thread of its own waits for the study's write lock (in arrival order on PostgreSQL,
+        whose row-lock waiters queue; on SQLite whoever the busy handler lets in first), then
+        answers the 409 with the head and a token and keeps the lock for ``turn_seconds``
+        while the writer re-signs: its batch, sent back with the token
+        (:meth:`hand_over`), is appended in that transaction. ``attempt`` (a batch prepared
+        outside the lock, with its checkpoints) is tried first under the lock: a batch that
+        still continues the head is answered 200 without a turn. Returns the future answer.
+        """
+        first: Future[Response] = Future()
+        token = secrets.token_urlsafe(18)
+        thread = threading.Thread(
+            target=_turn_session, args=(self, study, token, first, attempt), daemon=True
+        )
+        thread.start()
+        return first
+
+    def hand_over(self, study: str, token: str, data: Any) -> Future[Response] | None:
+        """Give a re-signed batch to the turn ``token`` holds; None when there is no such turn.
+
+        The future is answered once the batch is committed (or refused, nothing appended).
+        """
+        reply: Future[Response] = Future()
+        with self._lock:
+            turn = self._turns.get(token)
+            if turn is None or turn.study != study:
+                return None
+            del self._turns[token]
+            turn.inbox.put_nowait((data, reply))
+        return reply
+
+    def _wait_turn(self, turn: _Turn) -> tuple[Any, Future[Response]] | None:
+        """The batch handed to ``turn``, or None when none came within ``turn_seconds``."""
+        try:
+            return turn.inbox.get(timeout=self.turn_seconds)
+        except queue.Empty:
+            with self._lock:
+                if self._turns.pop(turn.token, None) is not None:
+                    return None  # expired: a late batch takes the ordinary way
+            return turn.inbox.get_nowait()  # handed over while the wait ended
 
     def close(self) -> None:
         """Close every pooled ledger."""
@@ -215,6 +274,109 @@ class AppendService:
             raise
         log.close()
         return 1
+
+
+@dataclass
+class _Turn:
+    """A turn this process holds: the study's write lock, kept for the writer with ``token``."""
+
+    study: str
+    token: str
+    inbox: queue.Queue[tuple[Any, Future[Response]]]
+
+
+class _TurnRefused(Exception):
+    """The batch handed to a turn was refused: roll the turn's transaction back, then answer."""
+
+    def __init__(self, error: LedgerError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _turn_session(
+    service: AppendService,
+    study: str,
+    token: str,
+    first: Future[Response],
+    attempt: tuple[PreparedBatch, list[Any]] | None,
+) -> None:
+    """One turn (:meth:`AppendService.offer_turn`): lock, try, 409 with the head, append, commit.
+
+    ``attempt`` is the writer's batch when it may still continue the head: it is tried first
+    under the lock (answered 200 when it does), so a writer waits in the queue once.
+    """
+    waiting = first  # the request a failure is answered to
+    try:
+        with service.ledger(study) as log, log.transaction():  # waits for the write lock
+            result = None
+            if attempt is not None:
+                try:
+                    result = _commit(log, *attempt)
+                except ConflictError:
+                    service.conflict(study)
+                except StoreError:
+                    raise  # the store itself failed: this connection is dropped, 503
+                except LedgerError as exc:
+                    raise _TurnRefused(exc) from exc
+            if result is None:
+                taken = _take_turn(service, log, study, token, first)
+                if taken is None:
+                    return  # the writer did not come back: the lock goes to the next in line
+                waiting, data = taken
+                try:
+                    result = _append(log, data, contended=False)
+                except StoreError as exc:
+                    if not isinstance(exc, ConflictError):
+                        raise
+                    raise _TurnRefused(exc) from exc
+                except LedgerError as exc:
+                    raise _TurnRefused(exc) from exc
+        waiting.set_result(JSONResponse(result))  # only once committed
+    except _TurnRefused as refused:
+        waiting.set_result(_answer_error(refused.error, None))
+    except LedgerError as exc:  # the store: no lock, no commit
+        _settle(first, waiting, _answer_error(exc, None))
+    except BaseException as exc:  # pragma: no cover - a bug: answer it rather than hang
+        _settle(first, waiting, JSONResponse({"error": f"internal error: {exc}"}, 500))
+        raise
+
+
+def _take_turn(
+    service: AppendService, log: Ledger, study: str, token: str, first: Future[Response]
+) -> tuple[Future[Response], Any] | None:
+    """Under the lock: answer ``first`` 409 with the head and the turn, wait for the batch."""
+    head = head_json(log)
+    turn = _Turn(study, token, queue.Queue(maxsize=1))
+    with service._lock:
+        service._turns[token] = turn
+    first.set_result(
+        JSONResponse(
+            {
+                "error": (
+                    f"another writer appended first; your turn: re-sign against this head "
+                    f"(size {head['size']}) and send the batch with {TURN_HEADER}: <turn> "
+                    f"within {service.turn_seconds:g} s"
+                ),
+                "type": "ConflictError",
+                "head": head,
+                "turn": token,
+                "turn_seconds": service.turn_seconds,
+            },
+            409,
+        )
+    )
+    item = service._wait_turn(turn)
+    if item is None:
+        return None
+    data, reply = item
+    return reply, data
+
+
+def _settle(first: Future[Response], reply: Future[Response] | None, answer: Response) -> None:
+    """Answer whichever request of a turn is still waiting."""
+    for future in (first, reply):
+        if future is not None and not future.done():
+            future.set_result(answer)
 
 
 def _b64(value: Any, what: str) -> bytes:
@@ -331,11 +493,22 @@ def _check_position(log: Ledger, entries: list[tuple[bytes, bytes]]) -> None:
     )
 
 
+def _commit(log: Ledger, batch: PreparedBatch, cps: list[Any]) -> dict[str, Any]:
+    """Append a prepared batch and store its checkpoints (inside a turn's transaction)."""
+    events, replayed = log.append_prepared(batch)
+    ids = [log.store_checkpoint(cp["note"], cp["created"]) for cp in cps]
+    return {
+        "seqs": [e.seq for e in events],
+        "replayed": replayed,
+        "checkpoints": [{"id": i, "replayed": r} for i, r in ids],
+    }
+
+
 def _append(log: Ledger, data: Any, contended: bool) -> dict[str, Any]:
     entries, blobs, cps = _parse_append(data)
     if contended:
         _check_position(log, entries)
-    if not cps:  # one write transaction of the store's own (no savepoint around it)
+    if not cps or log._in_transaction:  # the store's own transaction, or a turn's
         events, replayed = log.append_signed(entries, blobs)
         ids: list[tuple[int, bool]] = []
     else:
@@ -496,7 +669,17 @@ def api_routes(service: AppendService) -> list[Route]:
                 data = await _read_body(request, service.max_request_bytes)
             if op == "create" and method == "POST":
                 return await run_in_threadpool(_create, service, study, data)
-            return await run_in_threadpool(_dispatch, service, study, op, method, request, data)
+            turn = request.headers.get(TURN_HEADER, "") if op == "append" else ""
+            if turn and turn != TURN_ASK:
+                pending = service.hand_over(study, turn, data)
+                if pending is not None:
+                    return await asyncio.wrap_future(pending)
+            answer = await run_in_threadpool(
+                _dispatch, service, study, op, method, request, data, bool(turn)
+            )
+            if isinstance(answer, Future):
+                return await asyncio.wrap_future(answer)
+            return answer
         except LedgerError as exc:
             return _answer_error(exc, None)
 
@@ -525,18 +708,50 @@ def _create(service: AppendService, study: str, data: Any) -> Response:
 
 
 def _dispatch(
-    service: AppendService, study: str, op: str, method: str, request: Request, data: Any
-) -> Response:
+    service: AppendService,
+    study: str,
+    op: str,
+    method: str,
+    request: Request,
+    data: Any,
+    wants_turn: bool = False,
+) -> Response | Future[Response]:
+    """Answer one request; a writer that lost a race and asked for turns gets a future 409."""
+    turns = wants_turn and service.turn_seconds > 0 and op == "append" and method == "POST"
     with service.ledger(study) as log:  # a StoreError (a lost server) closes this connection
         try:
+            if turns and service.contended(study):
+                queued = _queue(service, study, log, data)
+                if queued is not None:
+                    return queued
             return _route(log, op, method, request, data, service.contended(study))
         except ConflictError as exc:
             service.conflict(study)
+            if turns:
+                return service.offer_turn(study)
             return _answer_error(exc, lambda: head_json(log))
         except StoreError:
             raise
         except LedgerError as exc:
             return _answer_error(exc, None)
+
+
+def _queue(service: AppendService, study: str, log: Ledger, data: Any) -> Future[Response] | None:
+    """A contended study's append that asks for turns: wait for the write lock once.
+
+    A batch that no longer continues the head (checked without the lock, before its
+    signatures: §7) waits for a turn; one that may still continue it is prepared here (parsed,
+    signatures checked, outside the lock) and tried under the lock first.
+    """
+    entries, blobs, cps = _parse_append(data)
+    try:
+        _check_position(log, entries)
+    except ConflictError:
+        service.conflict(study)
+        return service.offer_turn(study)
+    if not entries:
+        return None  # checkpoints alone cannot lose a race
+    return service.offer_turn(study, (log.prepare_signed(entries, blobs), cps))
 
 
 def _route(

@@ -263,6 +263,19 @@ class EventSpec:
     blobs: Mapping[str, BlobValue] | None = None
 
 
+@dataclass(frozen=True)
+class PreparedBatch:
+    """Envelopes parsed, signatures checked, outside the write lock (:meth:`Ledger.prepare_signed`).
+
+    ``parsed`` holds (envelope, signature) pairs, ``sent`` the blobs by SHA-256, ``verified``
+    the (index, vkey) pairs whose signature verified with the key registered then.
+    """
+
+    parsed: list[tuple[Any, bytes]]
+    sent: dict[str, bytes]
+    verified: set[tuple[int, str]]
+
+
 class _Head:
     """Head of the log inside a transaction: size, last leaf hash, and the Merkle frontier."""
 
@@ -910,10 +923,21 @@ class Ledger:
             ConflictError: the batch does not continue the head (another writer was first).
             RefusedError: a trial rule of the PostgreSQL store.
         """
+        return self.append_prepared(self.prepare_signed(entries, blobs))
+
+    def prepare_signed(
+        self, entries: Sequence[tuple[bytes, bytes]], blobs: Mapping[str, bytes] | None = None
+    ) -> PreparedBatch:
+        """The checks of :meth:`append_signed` that need no write lock: parse, hash, verify.
+
+        Raises :class:`FormatError` for a malformed envelope or blob; signatures that do not
+        verify are refused by :meth:`append_prepared`, which checks the keys again under the
+        lock. ``ledger serve`` prepares a batch before it waits for a study's write lock.
+        """
         from ledger._envelope import parse_envelope
 
         if not entries:
-            return [], False
+            return PreparedBatch([], {}, set())
         parsed: list[tuple[Any, bytes]] = []
         for i, (data, signature) in enumerate(entries):
             try:
@@ -946,8 +970,17 @@ class Ledger:
             vkey = vkeys.get(env.actor)
             if vkey is not None and VerifierKey.parse(vkey).verify(env.data, signature):
                 verified.add((i, vkey))
+        return PreparedBatch(parsed, sent, verified)
+
+    def append_prepared(self, batch: PreparedBatch) -> tuple[list[Event], bool]:
+        """Append a :meth:`prepare_signed` batch in one write transaction (or a savepoint).
+
+        The rest of :meth:`append_signed`: position, keys and roles, blobs, trial rules.
+        """
+        if not batch.parsed:
+            return [], False
         with self._errors(), self._write():
-            return self._append_signed_locked(parsed, sent, verified)
+            return self._append_signed_locked(batch.parsed, batch.sent, batch.verified)
 
     def _append_signed_locked(
         self,

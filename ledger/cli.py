@@ -81,19 +81,31 @@ class _Main(Group):
 
 
 class _LedgerLocation(click.ParamType[Any]):
-    """A ledger: a SQLite file path, or a ``postgresql://`` URL kept as it was typed."""
+    """A ledger: a SQLite file, a study folder, a ``postgresql://`` or ``http(s)://`` URL."""
 
     name = "LEDGER"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        """A URL stays a string (click.Path would fold its '//'); anything else is a Path."""
+        """A URL stays a string (click.Path would fold its '//'); anything else is a Path.
+
+        A study folder is the ledger its ``ledger.store`` or ``ledger.db`` names (a study
+        behind ``ledger serve`` included).
+        """
+        from ledger._copy import LEDGER_FILE, STORE_FILE, study_ledger
+        from ledger._errors import LedgerError
+
         if isinstance(value, str) and "://" in value:
             return value
         path = Path(value)
+        if path.is_dir() and any((path / f).is_file() for f in (STORE_FILE, LEDGER_FILE)):
+            try:
+                return study_ledger(path)
+            except LedgerError as exc:
+                self.fail(str(exc), param, ctx)
         if path.is_dir():
             self.fail(
-                f"{path} is a directory; give the ledger file (a study's is STUDY/ledger.db)"
-                " or a postgresql:// URL",
+                f"{path} is a directory; give the ledger file (a study's is STUDY/ledger.db),"
+                " a study folder, or a postgresql:// or http(s):// URL",
                 param,
                 ctx,
             )

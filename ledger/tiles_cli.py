@@ -102,6 +102,14 @@ def _trust_options(command: Callable[..., Any]) -> Callable[..., Any]:
     show_default=True,
     help="Open ledger connections per study in this process.",
 )
+@click.option(
+    "--turn-seconds",
+    type=click.FloatRange(0, 60),
+    default=2.0,
+    show_default=True,
+    help="How long a writer that lost a race may take to re-sign while the service holds the "
+    "study's write lock for it (0: no turns, a plain 409).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
     "--port",
@@ -116,6 +124,7 @@ def serve_cmd(
     allow_create: bool,
     max_request_bytes: int,
     connections: int,
+    turn_seconds: float,
     host: str,
     port: int,
 ) -> None:
@@ -149,6 +158,7 @@ def serve_cmd(
             allow_create=allow_create,
             connections=connections,
             max_request_bytes=max_request_bytes,
+            turn_seconds=turn_seconds,
         )
     serve(directory, host, port, service)
 

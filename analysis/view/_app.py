@@ -22,6 +22,7 @@ import json
 import math
 import re
 import secrets
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +39,7 @@ from analysis._parse import ParseError, response_text
 from analysis._scoring import unwrap_batch
 from analysis.view._index import FILTERS, SORTS, ViewIndex
 from analysis.view._plots import PLOTS, PlotData, render_svg
+from ledger import Ledger, LedgerError, RemoteLedger, RemoteLocation, is_http_url
 
 __all__ = [
     "BlindingError",
@@ -305,10 +307,21 @@ class Verification:
 
         def work() -> None:
             started = time.perf_counter()
+            with tempfile.TemporaryDirectory(prefix="ledger-view-verify-") as tmp:
+                try:
+                    checked = _local_copy(str(target), Path(tmp))
+                except LedgerError as exc:
+                    self.error = f"cannot fetch the study from the service: {exc}"
+                    self.state = "error"
+                    return
+                _verify_in_process(checked)
+            self.seconds = time.perf_counter() - started
+
+        def _verify_in_process(checked: str) -> None:
             err = ""
             try:
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-m", "verify", "--json", str(target)],
+                    [sys.executable, "-m", "verify", "--json", checked],
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     text=True,
@@ -329,7 +342,6 @@ class Verification:
                 if c.get("status") == "FAIL" and isinstance(c.get("seq"), int):
                     self.faults.setdefault(c["seq"], []).append(f"{c['name']}: {c['reason']}")
             self.size = report.get("size")
-            self.seconds = time.perf_counter() - started
             self.state = "passed" if report.get("ok") else "failed"
             if self.state == "passed" and report.get("status") == "partial":
                 self.state = "partial"  # a public archive: withheld data not re-derived
@@ -355,6 +367,21 @@ class Verification:
             "failures": [c for c in self.checks if c["status"] == "FAIL"],
             "checks": self.checks,
         }
+
+
+def _local_copy(target: str, tmp: Path) -> str:
+    """``target`` itself, or for a study behind ``ledger serve`` a SQLite copy of what it serves.
+
+    The verifier reads files and PostgreSQL; a remote ledger is fetched first (every envelope,
+    signature, blob and checkpoint, each checked again: :meth:`ledger.RemoteLedger.copy_to`),
+    as ``ledger report`` does.
+    """
+    if not is_http_url(target):
+        return target
+    with Ledger.open(RemoteLocation.parse(target), readonly=True) as log:
+        if not isinstance(log, RemoteLedger):
+            raise LedgerError(f"{target} is not a ledger behind `ledger serve`")
+        return str(log.copy_to(tmp / "ledger.db"))
 
 
 # ---------------------------------------------------------------------- the pages' data

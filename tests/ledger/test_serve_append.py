@@ -13,8 +13,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ from ledger import (
     root_from_leaf_hashes,
 )
 from ledger._envelope import ZERO_HASH, envelope_bytes
-from ledger._http import READ_HEADER, read_message
+from ledger._http import READ_HEADER, TURN_HEADER, read_message
 from ledger._note import Checkpoint
 from ledger._service import AppendService, StoreRoot
 from ledger.tiles_server import LocalTiles
@@ -262,6 +264,134 @@ def test_a_stale_batch_is_answered_409_before_its_signatures_are_checked(
     other_chain = _signed(RUNNER, "run.started", {"n": 4}, _head(url), prev="ab" * 32)
     assert _post(url, {"entries": [other_chain]}).status_code == 409
     assert _size(path) == 5
+
+
+# ---------------------------------------------------------------------- turns
+
+
+def _ask(url: str, payload: Any, turn: str = "ask") -> httpx.Response:
+    """An append that asks for a turn should it lose the race (or uses the turn ``turn``)."""
+    return _post(url, payload, headers={TURN_HEADER: turn}, timeout=60)
+
+
+def test_a_writer_that_lost_a_race_gets_a_turn_and_its_re_signed_batch_goes_in_first(
+    study: tuple[str, Path],
+) -> None:
+    """A loser's 409 comes with the write lock held for it: a rival at that head waits, then
+    loses in turn (docs/service.md §7)."""
+    url, path = study
+    stale = _head(url)
+    assert _post(url, {"entries": [_signed(RUNNER, "run.started", {"n": 0}, stale)]}).is_success
+    lost = _ask(url, {"entries": [_signed(RUNNER, "run.started", {"n": 1}, stale)]})
+    assert lost.status_code == 409, lost.text
+    turn, head = lost.json()["turn"], lost.json()["head"]
+    assert head["size"] == 5 and head["last"] == _head(url)["last"]
+    assert "your turn" in lost.json()["error"] and TURN_HEADER in lost.json()["error"]
+    with ThreadPoolExecutor(1) as pool:  # a rival signs at the same head while the turn holds
+        rival = pool.submit(
+            _ask, url, {"entries": [_signed(OWNER, "run.started", {"rival": 1}, head)]}
+        )
+        time.sleep(0.2)  # most likely queued behind the turn by now; either order must pass
+        mine = _ask(url, {"entries": [_signed(RUNNER, "run.started", {"n": 1}, head)]}, turn)
+        assert mine.status_code == 200, mine.text
+        assert mine.json()["seqs"] == [5] and mine.json()["replayed"] is False
+        second = rival.result(timeout=60)
+    assert second.status_code == 409 and second.json()["head"]["size"] == 6
+    again = _signed(OWNER, "run.started", {"rival": 1}, second.json()["head"])
+    done = _ask(url, {"entries": [again]}, second.json()["turn"])
+    assert done.status_code == 200 and done.json()["seqs"] == [6]
+    with Ledger.open(path, readonly=True) as local:
+        assert [e.body for e in local.events(start=5)] == [{"n": 1}, {"rival": 1}]
+
+
+def test_a_batch_refused_on_its_turn_appends_nothing_and_frees_the_log(
+    study: tuple[str, Path],
+) -> None:
+    url, path = study
+    stale = _head(url)
+    assert _post(url, {"entries": [_signed(RUNNER, "run.started", {"n": 0}, stale)]}).is_success
+    lost = _ask(url, {"entries": [_signed(RUNNER, "run.started", {"n": 1}, stale)]})
+    head = lost.json()["head"]
+    forged = _signed(RUNNER, "run.started", {"n": 1}, head)
+    forged["signature"] = base64.b64encode(bytes(64)).decode()
+    refused = _ask(url, {"entries": [forged]}, lost.json()["turn"])
+    assert refused.status_code == 403 and "does not verify" in refused.json()["error"]
+    assert _size(path) == 5
+    unknown = _signed(STRANGER, "run.started", {"n": 2}, head)
+    lost = _ask(url, {"entries": [_signed(RUNNER, "run.started", {"n": 1}, stale)]})
+    refused = _ask(url, {"entries": [unknown]}, lost.json()["turn"])
+    assert refused.status_code == 403 and STRANGER.actor in refused.json()["error"]
+    assert _size(path) == 5
+    # the study is contended now: an append asking for turns waits for the lock at once and
+    # is checked as ever (signatures outside the lock, the rest under it)
+    forged = _signed(RUNNER, "run.started", {"n": 2}, head)
+    forged["signature"] = base64.b64encode(bytes(64)).decode()
+    refused = _ask(url, {"entries": [forged]})
+    assert refused.status_code == 403 and "does not verify" in refused.json()["error"]
+    raw = base64.b64decode(forged["envelope"]).replace(b'"kind"', b' "kind"', 1)
+    refused = _ask(url, {"entries": [{**forged, "envelope": base64.b64encode(raw).decode()}]})
+    assert refused.status_code == 400 and "entry 0" in refused.json()["error"]
+    assert _ask(url, {"entries": "no"}).status_code == 400
+    assert _size(path) == 5
+    with Ledger.open(url) as log:  # the turns are over: the lock is free
+        assert log.append("run.started", {"n": 3}, key=RUNNER).seq == 5
+
+
+def test_a_turn_not_taken_in_time_passes_and_its_late_batch_appends_nothing(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    svc = AppendService(StoreRoot(str(store)), allow_create=True, turn_seconds=0.3)
+    with LocalTiles(None, service=svc) as server:
+        url = f"{server.url}/demo"
+        with Ledger.create(url, origin=ORIGIN, key=OWNER) as log:
+            log.add_key(RUNNER.vkey, "runner", key=OWNER)
+            stale = _head(url)
+            log.append("run.started", {"n": 0}, key=RUNNER)
+            lost = _ask(url, {"entries": [_signed(RUNNER, "run.started", {"n": 1}, stale)]})
+            assert lost.status_code == 409
+            assert log.append("run.started", {"n": 2}, key=OWNER).seq == 3  # after the turn
+            late = _signed(RUNNER, "run.started", {"n": 1}, lost.json()["head"])
+            answer = _ask(url, {"entries": [late]}, lost.json()["turn"])
+            assert answer.status_code == 409 and answer.json()["head"]["size"] == 4
+            assert answer.json()["turn"] != lost.json()["turn"]  # a new turn for this writer
+            assert log.size == 4
+    with Ledger.open(store / "demo.db", readonly=True) as local:
+        assert [e.body for e in local.events("run.started")] == [{"n": 0}, {"n": 2}]
+
+
+def _race(urls: list[str], writers: int, calls: int) -> list[int]:
+    """``writers`` remote ledgers in threads, ``calls`` appends each; the 409s of each call."""
+    lost: list[int] = []
+    start = threading.Barrier(writers)
+
+    def writer(w: int) -> None:
+        with Ledger.open(urls[w % len(urls)]) as log:
+            _ = log.size
+            start.wait()
+            for i in range(calls):
+                before = getattr(log, "conflicts", 0)
+                log.append("run.started", {"w": w, "i": i}, key=RUNNER)
+                lost.append(getattr(log, "conflicts", 0) - before)
+
+    with ThreadPoolExecutor(writers) as pool:
+        for future in [pool.submit(writer, w) for w in range(writers)]:
+            future.result(timeout=300)
+    return lost
+
+
+def test_four_writers_each_lose_at_most_once_per_append(study: tuple[str, Path]) -> None:
+    """With turns a call loses a race at most once: its turn's batch cannot lose (§7)."""
+    url, path = study
+    lost = _race([url], 4, 8)
+    assert len(lost) == 32 and max(lost) <= 1
+    with Ledger.open(path, readonly=True) as local:
+        bodies = [e.body for e in local.events("run.started")]
+        assert sorted((b["w"], b["i"]) for b in bodies) == [
+            (w, i) for w in range(4) for i in range(8)
+        ]
+        assert all(e.prev == local.get(e.seq - 1).leaf_hash.hex() for e in local.events(start=1))
 
 
 def test_a_malformed_stale_envelope_is_still_answered_400_with_its_entry(
@@ -693,6 +823,26 @@ def test_two_service_processes_on_one_postgresql_sequence_one_chain(
             events = list(c.events())
             assert c.root() == root_from_leaf_hashes([e.leaf_hash for e in events])
         assert [e.seq for e in events] == list(range(14))
+        assert all(e.prev == events[e.seq - 1].leaf_hash.hex() for e in events[1:])
+    finally:
+        for proc, _ in procs:
+            _stop(proc)
+
+
+def test_turns_hold_across_two_service_processes_on_one_postgresql(pg_server: Any) -> None:
+    """A turn is the PostgreSQL row lock of the sequencer, held by the process that gave it:
+    writers spread over two processes each lose at most once per append."""
+    name = f"turns-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
+    procs = [_serve(pg_server.url(), "--allow-create") for _ in range(2)]
+    try:
+        urls = [f"{base}/{name}" for _, base in procs]
+        with Ledger.create(urls[0], origin=ORIGIN, key=OWNER) as log:
+            log.add_key(RUNNER.vkey, "runner", key=OWNER)
+        lost = _race([urls[0], urls[1], " ".join(urls)], 3, 6)
+        assert len(lost) == 18 and max(lost) <= 1
+        with Ledger.open(urls[1]) as log:
+            events = list(log.events())
+        assert [e.seq for e in events] == list(range(20))
         assert all(e.prev == events[e.seq - 1].leaf_hash.hex() for e in events[1:])
     finally:
         for proc, _ in procs:

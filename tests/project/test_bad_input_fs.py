@@ -378,7 +378,10 @@ def test_directory_where_a_file_is_expected(case: str, study: Path, tmp_path: Pa
             usage=True,
         )
     else:
-        refused(run("log", study), study, "is a directory", usage=True)
+        refused(run("log", folder), folder, "is a directory", usage=True)
+        # a study folder names its ledger (ledger.db or ledger.store) on the command line
+        listed = run("log", study, "--json")
+        assert listed.exit_code == 0 and '"kind": "ledger.genesis"' in listed.output
         with pytest.raises(StoreError, match="is a directory, where the ledger file is expected"):
             Ledger.open(study, readonly=True)
     assert ledger_state(db) == before
