@@ -33,7 +33,7 @@ from scipy import stats as sps
 
 from analysis import _stats as stats
 from analysis import parsers, statistics
-from analysis._rows import Column, columns_frame, split_trial
+from analysis._rows import Column, columns_frame, plain, split_trial
 from analysis.statistics.lmm import MODEL_CAUTION
 from ledger import EventSpec, Ledger, SealPolicy, SigningKey
 from runner import (
@@ -132,6 +132,19 @@ VARIANT_ITEM_COLUMNS = (
     "answer_original",
 )
 """``items.csv`` of a study with variants: the order and the answers mapped back."""
+CODED_ITEM_COLUMNS = (
+    "arm",
+    "model",
+    "stimulus",
+    "variant",
+    "order",
+    "truth",
+    "answer",
+    "truth_original",
+    "answer_original",
+)
+"""Item columns of a few distinct strings, held as ``category`` (codes, issue 41); the trial
+id stays ``str`` (a key that merges with the trial table)."""
 CLOZE_ITEM_COLUMNS = ("logprobs", "margin")
 """Appended to ``items.csv`` for the ``cloze`` parser: each letter's log-probability (the
 RFC 8785 JSON object of the scores) and the margin (``docs/scoring.md`` §5.5)."""
@@ -143,6 +156,8 @@ class Dataset:
 
     trials: pd.DataFrame
     items: pd.DataFrame
+    """One row per scored item; the label columns :data:`CODED_ITEM_COLUMNS` are ``category``
+    (:func:`analysis._rows.plain` gives them as ``str``)."""
     arms: tuple[str, ...]
     given_up: tuple[str, ...]
     scores_sha256: str
@@ -395,7 +410,7 @@ def load_dataset(
                 icol,
             )
     trials = columns_frame(tcol, trial_names)
-    items_df = columns_frame(icol, item_names)
+    items_df = columns_frame(icol, item_names, categorical=CODED_ITEM_COLUMNS)
     del tcol, icol
     trials = trials.sort_values("response_seq", kind="stable").reset_index(drop=True)
     return Dataset(
@@ -1006,7 +1021,7 @@ def _paired_items(ds: Dataset, a: str, b: str) -> pd.DataFrame:
     keys = ["model", "stimulus", "variant", "rep", "row", "position"]
     left = it[it["arm"] == a].loc[:, [*keys, "correct", "answer", "truth"]]
     right = it[it["arm"] == b].loc[:, [*keys, "correct", "answer"]]
-    return left.merge(right, on=keys, suffixes=("_a", "_b"))
+    return plain(left.merge(right, on=keys, suffixes=("_a", "_b")))
 
 
 @dataclass
@@ -1207,7 +1222,7 @@ def _error_values(
     if it.empty:
         kind = "tumbling-E " if tumbling else ""
         raise stats.StatsError(f"no parseable {kind}responses in this arm")
-    answers = it["answer"].fillna("(none)").astype(str).tolist()
+    answers = plain(it.loc[:, ["answer"]])["answer"].fillna("(none)").astype(str).tolist()
     truth = it["truth"].astype(str).tolist()
     confusion = stats.confusion_matrix(truth, answers, vocab)
     wrong = it[(~it["correct"]) & it["answer"].isin(vocab)]

@@ -10,7 +10,7 @@ ledger or an archive (:mod:`runner._recorded`).
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -218,6 +218,22 @@ class Column:
         if count > 1:
             self._codes.extend(array("i", [self._codes[-1]]) * (count - 1))
 
+    def categorical(self) -> pd.Categorical | None:
+        """The column as a categorical of its strings (None missing), else None.
+
+        Categories are the distinct strings in sorted order (as ``pd.Categorical`` infers
+        them); None when a value is neither a string nor None, or no value is a string.
+        """
+        if not all(v is None or v.__class__ is str for v in self._values):
+            return None
+        strings = sorted({v for v in self._values if v is not None})
+        if not strings:
+            return None
+        rank = {v: i for i, v in enumerate(strings)}
+        remap = np.array([-1 if v is None else rank[v] for v in self._values], dtype=np.int64)
+        codes = remap[np.frombuffer(self._codes, dtype=np.int32)]
+        return pd.Categorical.from_codes(codes, categories=pd.Index(strings, dtype="str"))
+
     def objects(self) -> npt.NDArray[np.object_]:
         """The column as an object array of the appended values (shared, not copied)."""
         table = np.empty(len(self._values), dtype=object)
@@ -226,13 +242,20 @@ class Column:
         return np.asarray(table[np.frombuffer(self._codes, dtype=np.int32)], dtype=object)
 
 
-def columns_frame(columns: Mapping[str, Column], names: Sequence[str]) -> pd.DataFrame:
+def columns_frame(
+    columns: Mapping[str, Column], names: Sequence[str], categorical: Collection[str] = ()
+) -> pd.DataFrame:
     """The DataFrame ``pd.DataFrame(rows_as_dicts, columns=names)`` would build, from columns.
 
     The same per-column inference as pandas' records path (``convert_object_array`` on each
     column's object array: ints to ``int64``, floats with ``None`` to ``float64``, strings to
     ``str``), one column at a time, so no list of row dicts and no 2-D object array is held.
     A name without a column is all ``None``.
+
+    A column named in ``categorical`` whose values are all strings (or None) becomes a
+    ``category`` column instead of ``str`` (:meth:`Column.categorical`): the same values and
+    missing cells, a small integer code a row instead of a pointer (issue 41: the item table).
+    :func:`plain` turns it back into the ``str`` column.
     """
     from pandas.core.internals.construction import convert_object_array
 
@@ -247,6 +270,25 @@ def columns_frame(columns: Mapping[str, Column], names: Sequence[str]) -> pd.Dat
         else:
             if len(column) != n:
                 raise ValueError(f"column {name!r} has {len(column)} rows, not {n}")
+            if name in categorical:
+                coded = column.categorical()
+                if coded is not None:
+                    data[name] = coded
+                    continue
             objects = column.objects()
         data[name] = convert_object_array([objects], dtype=None)[0]
     return pd.DataFrame(data, columns=list(names), copy=False)
+
+
+def plain(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each ``category`` column as the column of its categories' dtype (``str``).
+
+    For code that needs ``str`` semantics (``fillna`` with a new value, comparing two label
+    columns): the values and missing cells are those of the column before it was coded.
+    """
+    coded = [name for name in frame.columns if isinstance(frame[name].dtype, pd.CategoricalDtype)]
+    if not coded:
+        return frame
+    return frame.assign(
+        **{str(name): frame[name].astype(frame[name].cat.categories.dtype) for name in coded}
+    )

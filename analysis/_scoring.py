@@ -160,11 +160,9 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
         private = "trial.responded:response" in (protocol.body.get("privacy") or {}).get(
             "withhold", ()
         )
-        state = load_state(study, log)
-        scored = {
-            e.body["response_seq"]: e.body["scores_sha256"] for e in log.events("trial.scored")
-        }
-        requests = _requests(log)
+        seen = _Seen()
+        state = load_state(study, log, observe=seen.take)  # one pass over the log
+        scored, requests = seen.scored, seen.requests
         charts: dict[str, ChartTruth] = {}
         specs: list[EventSpec] = []
         by_status: dict[str, int] = {}
@@ -172,10 +170,10 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
         judges = Judges(study, log) if study.parser.startswith("judge:") else None
         ddx_work = _step_work(study, log) if study.ddx is not None else None
         unjudged = 0
-        for event in log.events("trial.responded"):
-            if event.seq in scored:
+        for seq, request_seq, response_blob, response_format in seen.responded:
+            if seq in scored:
                 continue
-            trial_id, arm, stimulus, variant = requests[event.body["request_seq"]]
+            trial_id, arm, stimulus, variant = requests[request_seq]
             if ddx_work is not None:  # docs/scoring.md §12: scored from the recorded steps
                 from analysis._ddx import score_trial
 
@@ -189,7 +187,7 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                     EventSpec(
                         "trial.scored",
                         {
-                            "response_seq": event.seq,
+                            "response_seq": seq,
                             "arm_code": codes[arm],
                             "stimulus": stimulus,
                             "parser": study.parser,
@@ -198,7 +196,7 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                         {"scores": blob},
                     )
                 )
-                scored[event.seq] = found["scores_sha256"]
+                scored[seq] = found["scores_sha256"]
                 count += 1
                 continue
             if judges is not None:
@@ -212,7 +210,7 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                     EventSpec(
                         "trial.scored",
                         {
-                            "response_seq": event.seq,
+                            "response_seq": seq,
                             "arm_code": codes[arm],
                             "stimulus": stimulus,
                             "parser": study.parser,
@@ -227,15 +225,17 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                         {"scores": result.items_bytes()},
                     )
                 )
-                scored[event.seq] = result.sha256
+                scored[seq] = result.sha256
                 count += 1
                 continue
+            if response_blob is None:
+                raise StudyError(f"{root}: trial.responded seq {seq} has no response blob")
             blind = BlindTrial(
-                response_seq=event.seq,
+                response_seq=seq,
                 arm_code=codes[arm],
                 stimulus=stimulus,
-                raw=log.blob(event.blobs["response"]),
-                format=str(event.body.get("format", "anthropic-messages")),
+                raw=log.blob(response_blob),
+                format=response_format,
                 variant=variant,
             )
             order: str | None = None
@@ -299,24 +299,46 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
     return ScoreResult(count, len(scored) - count, by_status, sealed_seq, pending)
 
 
-def _requests(log: Ledger) -> dict[int, tuple[str, str, str, str | None]]:
-    """Every ``trial.requested`` seq -> (trial id, arm, stimulus, variant), streamed.
+class _Seen:
+    """What scoring needs of the log, taken event by event in the pass of ``load_state``.
 
-    Only what scoring needs of a request is kept (the repeated arm, stimulus and variant names
-    shared, not copied), never the request bodies.
+    Only small tuples are kept (the repeated arm, stimulus, variant and format names shared,
+    not copied), never envelopes, request bodies or responses: every ``trial.requested`` seq
+    -> (trial id, arm, stimulus, variant); every ``trial.responded`` as (seq, request seq,
+    response blob, format) in seq order; every ``trial.scored`` response seq -> its
+    ``scores_sha256``.
     """
-    shared: dict[str, str] = {}
-    out: dict[int, tuple[str, str, str, str | None]] = {}
-    for event in log.events("trial.requested"):
-        body = event.body
-        arm, stimulus, variant = body["arm"], body["stimulus"], body.get("variant")
-        out[event.seq] = (
-            body["trial"],
-            shared.setdefault(arm, arm),
-            shared.setdefault(stimulus, stimulus),
-            None if variant is None else shared.setdefault(variant, variant),
-        )
-    return out
+
+    def __init__(self) -> None:
+        """Nothing seen yet."""
+        self.requests: dict[int, tuple[str, str, str, str | None]] = {}
+        self.responded: list[tuple[int, int, str | None, str]] = []
+        self.scored: dict[int, str] = {}
+        self._shared: dict[str, str] = {}
+
+    def take(self, event: Event) -> None:
+        """Keep what scoring needs of ``event`` (other kinds are ignored)."""
+        kind, body, shared = event.kind, event.body, self._shared
+        if kind == "trial.requested":
+            arm, stimulus, variant = body["arm"], body["stimulus"], body.get("variant")
+            self.requests[event.seq] = (
+                body["trial"],
+                shared.setdefault(arm, arm),
+                shared.setdefault(stimulus, stimulus),
+                None if variant is None else shared.setdefault(variant, variant),
+            )
+        elif kind == "trial.responded":
+            fmt = str(body.get("format", "anthropic-messages"))
+            self.responded.append(
+                (
+                    event.seq,
+                    body["request_seq"],
+                    event.blobs.get("response"),
+                    shared.setdefault(fmt, fmt),
+                )
+            )
+        elif kind == "trial.scored":
+            self.scored[body["response_seq"]] = body["scores_sha256"]
 
 
 def _problems(problems: tuple[str, ...] | list[str], private: bool) -> list[str]:

@@ -147,9 +147,21 @@ def _parse_int(text: str) -> int | float:
     return value if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else float(value)
 
 
+_DECODER = json.JSONDecoder(parse_int=_parse_int)
+"""The decoder of :func:`loads_json`, made once (``json.loads`` with arguments makes one a call)."""
+
+
 def loads_json(data: bytes | str) -> Any:
-    """Parse JSON as RFC 8785 does: numbers are doubles, so big integer literals become floats."""
-    return json.loads(data, parse_int=_parse_int)
+    """Parse JSON as RFC 8785 does: numbers are doubles, so big integer literals become floats.
+
+    The same result and errors as ``json.loads(data, parse_int=...)``, without building a
+    decoder per call.
+    """
+    if isinstance(data, bytes | bytearray):
+        return _DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
+    if isinstance(data, str) and not data.startswith("\ufeff"):
+        return _DECODER.decode(data)
+    return json.loads(data, parse_int=_parse_int)  # its own message for a BOM or a wrong type
 
 
 def canonical_json(value: Any) -> bytes:

@@ -95,13 +95,22 @@ def locked_order(study: Study, log: Ledger) -> list[Trial]:
     return [Trial.from_id(tid, i) for i, tid in enumerate(ids, 1)]
 
 
-def load_state(study: Study, log: Ledger) -> StudyState:
-    """Rebuild every trial's state from the ledger."""
+def load_state(
+    study: Study, log: Ledger, observe: Callable[[Event], None] | None = None
+) -> StudyState:
+    """Rebuild every trial's state from the ledger.
+
+    ``observe``, when given, is called with every event of the same pass, in seq order (after
+    the state has taken it), so a caller that needs its own projection of the log (``ledger
+    score``: requests, responses and scores) reads the log once.
+    """
     replay = _Replay(locked_order(study, log), log)
     for event in log.events():
         handler = _HANDLERS.get(event.kind)
         if handler is not None:
             handler(replay, event)
+        if observe is not None:
+            observe(event)
     return replay.finish()
 
 

@@ -71,6 +71,13 @@ def _merged(ds: Dataset) -> pd.DataFrame:
     if ds.cloze:
         wanted.append("logprobs")
     part = items.loc[:, [c for c in wanted if c in items.columns]]
+    part = part.assign(  # coded label columns (category) back to str: compared with each other
+        **{
+            str(c): part[c].astype(part[c].cat.categories.dtype)
+            for c in part.columns
+            if isinstance(part[c].dtype, pd.CategoricalDtype)
+        }
+    )
     columns = ["trial", "stimulus", "arm", "model", "variant", "rep", "status"]
     merged = ds.trials.loc[:, columns].merge(
         part, on="trial", how="left", validate="one_to_one", sort=False

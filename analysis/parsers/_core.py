@@ -235,12 +235,15 @@ class _Rejected(ValueError):
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
+    result = dict(pairs)
+    if len(result) == len(pairs):  # no key twice: the usual case, without a Python loop
+        return result
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
             raise _Rejected(f"duplicate key {key!r}")
-        result[key] = value
-    return result
+        seen.add(key)
+    raise AssertionError("unreachable: fewer members than pairs means a key repeats")
 
 
 def _constant(name: str) -> Any:
@@ -295,7 +298,12 @@ def _scan_json(text: str) -> _Scan:
                 first_error = f"JSON object at character {index} does not parse: {reason}"
             index += 1
             continue
-        if _depth(value) > MAX_DEPTH:
+        # the depth cannot exceed the number of "{" and "[" in the value's text (those inside
+        # strings only add to the count), so only a value with more of them is walked
+        if (
+            text.count("{", index, end) + text.count("[", index, end) > MAX_DEPTH
+            and _depth(value) > MAX_DEPTH
+        ):
             if first_error is None and char == "{":
                 first_error = (
                     f"JSON object at character {index} is nested deeper than {MAX_DEPTH} levels"

@@ -6,7 +6,7 @@ The answers are orientations, one per glyph, so its closed answer set is UP RIGH
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Final
 
 from analysis.parsers._base import ResponseParser
 from analysis.parsers._core import (
@@ -27,6 +27,9 @@ from analysis.parsers._core import (
 )
 
 __all__ = ["PARSER", "parse_tumbling_e"]
+
+_CANONICAL: Final = frozenset(ORIENTATIONS)
+"""Items that normalise to themselves (stripped and upper-cased, each is already itself)."""
 
 
 def parse_tumbling_e(text: str) -> Parsed:
@@ -109,16 +112,15 @@ def _read_answer_object(obj: dict[str, Any]) -> Parsed:
 def _read_rows(entries: list[Any], problems: list[str]) -> list[AnswerRow]:
     read: dict[int, list[AnswerRow]] = {}
     for index, entry in enumerate(entries):
-        where = f"rows[{index}]"
         if not isinstance(entry, dict):
-            problems.append(f"{where} is a JSON {_json_type(entry)}, not an object")
+            problems.append(f"rows[{index}] is a JSON {_json_type(entry)}, not an object")
             continue
         number = entry.get("row")
         if "row" not in entry:
-            problems.append(f'{where} has no "row" number')
+            problems.append(f'rows[{index}] has no "row" number')
             continue
         if type(number) is not int or number < 1:
-            problems.append(f'{where}: "row" {json.dumps(number)} is not a positive integer')
+            problems.append(f'rows[{index}]: "row" {json.dumps(number)} is not a positive integer')
             continue
         orientations = entry.get("orientations")
         if not isinstance(orientations, list):
@@ -128,6 +130,13 @@ def _read_rows(entries: list[Any], problems: list[str]) -> list[AnswerRow]:
                 else (f"a JSON {_json_type(orientations)}, not an array")
             )
             problems.append(f'row {number}: "orientations" is {what}')
+            continue
+        try:  # every item already an orientation in capitals: read as it is (the usual case)
+            canonical = _CANONICAL.issuperset(orientations)
+        except TypeError:  # an array or object among the items
+            canonical = False
+        if canonical:
+            read.setdefault(number, []).append(AnswerRow(number, tuple(orientations)))
             continue
         values: list[str | None] = []
         for position, item in enumerate(orientations, start=1):

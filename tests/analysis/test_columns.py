@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analysis._rows import Column, columns_frame
+from analysis._rows import Column, columns_frame, plain
 
 ROWS: list[dict[str, Any]] = [
     {"s": "UP", "i": 1, "f": 0.5, "b": True, "o": None, "m": None, "l": [1, 2], "n": 3},
@@ -63,3 +63,21 @@ def test_columns_of_unequal_length_are_refused() -> None:
     b.append(1)
     with pytest.raises(ValueError, match="column 'b' has 1 rows, not 2"):
         columns_frame({"a": a, "b": b}, ["a", "b"])
+
+
+@pytest.mark.parametrize("count", [1, 2, 4])
+def test_categorical_columns_are_the_str_columns_coded(count: int) -> None:
+    rows = [*ROWS[:count], {**ROWS[0], "s": "DOWN"}, {**ROWS[0], "s": "LEFT"}]
+    expected = pd.DataFrame(rows, columns=NAMES)
+    got = columns_frame(_columns(rows), NAMES, categorical=("s", "m", "o", "i"))
+    # coded exactly where pandas infers str ("m" mixes types but for 2 rows, "o" is all
+    # None, "i" is numbers); every other column as pandas builds it
+    for name in NAMES:
+        if name in ("s", "m", "o", "i") and str(expected[name].dtype) == "str":
+            assert isinstance(got[name].dtype, pd.CategoricalDtype), name
+        else:
+            assert got[name].dtype == expected[name].dtype, name
+    assert list(got["s"].cat.categories) == sorted({r["s"] for r in rows if r["s"] is not None})
+    pd.testing.assert_frame_equal(plain(got), expected)
+    assert got["s"].isna().tolist() == expected["s"].isna().tolist()
+    assert plain(expected) is expected  # nothing coded: the frame itself

@@ -398,6 +398,36 @@ def test_nesting_limit() -> None:
     assert "nested deeper than 64 levels" in parsed.problems[-1]
 
 
+def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
+    # more "[" and "{" than the limit, all inside a string: depth 3, accepted
+    text = SMALL.replace('"UP"]', '"UP"], "note": "' + "[{" * 40 + '"', 1)
+    assert parse_tumbling_e(text).status == "ok"
+
+
+def test_first_repeated_key_is_named() -> None:
+    text = '{"a": 1, "b": 2, "b": 3, "a": 4, "rows": []}'
+    assert parse_tumbling_e(text).problems[-1] == (
+        "JSON object at character 0 does not parse: duplicate key 'b'"
+    )
+
+
+def test_items_already_canonical_read_as_the_normalised_ones() -> None:
+    canonical = parse_tumbling_e(
+        '{"chart_type": "tumbling-e", "rows": [{"row": 1, "orientations": ["UP", "LEFT"]}]}'
+    )
+    loose = parse_tumbling_e(
+        '{"chart_type": "tumbling-e", "rows": [{"row": 1, "orientations": [" up", "Left\\n"]}]}'
+    )
+    assert canonical == loose
+    assert canonical.answers[0].values == ("UP", "LEFT")
+    mixed = parse_tumbling_e(
+        '{"chart_type": "tumbling-e", "rows": [{"row": 1, "orientations": ["UP", ["LEFT"], 7]}]}'
+    )
+    assert mixed.status == "partial"
+    assert mixed.answers[0].values == ("UP", None, None)
+    assert len(mixed.problems) == 2
+
+
 def test_integer_digit_limit() -> None:
     base = '{"chart_type": "tumbling-e", "rows": [], "n": -%s}'
     assert parse_tumbling_e(base % ("9" * 4300)).status == "ok"
