@@ -79,14 +79,14 @@ class RemlFit:
 
 _Parts = tuple[float, Floats, Floats, float, Any]
 """``log|V|``, ``XᵀV⁻¹X``, ``XᵀV⁻¹y``, ``yᵀV⁻¹y`` and the blocks the derivatives use."""
-_MEMO_SIZE = 256
-"""Points a :class:`_Blocks` remembers per kind of evaluation (then it starts afresh)."""
+_MEMO_BYTES = 1 << 26
+"""About how many bytes a :class:`_Blocks` may keep in remembered evaluations (64 MiB)."""
 
 
-def _remember(memo: dict[Any, Any], key: Any, value: Any) -> None:
-    """Keep ``value`` under ``key``, emptying ``memo`` first when it is full."""
-    if len(memo) >= _MEMO_SIZE:
-        memo.clear()
+def _remember(memo: dict[Any, Any], key: Any, value: Any, size: int) -> None:
+    """Keep ``value`` under ``key``, forgetting the oldest entry when ``memo`` holds ``size``."""
+    if len(memo) >= size:
+        del memo[next(iter(memo))]
     memo[key] = value
 
 
@@ -169,6 +169,10 @@ class _Blocks:
             self.yy[c] = float(yr @ yr)
             self.nr[c] = float(rows.size)
         self._eye = np.eye(q)
+        # an evaluation keeps a few (groups, q, q) and (groups, q, p) blocks: between 16 and 64
+        # points, within _MEMO_BYTES (the fit's repeats are a Hessian's 2m + 1 points apart)
+        entry = 8 * 4 * max(1, n_groups * q * (q + self.p))
+        self._memo_size = max(16, min(64, _MEMO_BYTES // entry))
         self._phi_memo: dict[bytes, tuple[Any, ...]] = {}
         self._parts_memo: dict[bytes, _Parts | None] = {}
         self._loglik_memo: dict[bytes, float] = {}
@@ -197,7 +201,7 @@ class _Blocks:
                 float(w @ self.yy),
                 float(self.nr @ np.log(phi)),
             )
-            _remember(self._phi_memo, key, got)
+            _remember(self._phi_memo, key, got, self._memo_size)
         return got
 
     def parts(self, theta: Floats) -> _Parts | None:
@@ -211,7 +215,7 @@ class _Blocks:
         if key in self._parts_memo:
             return self._parts_memo[key]
         got = self._parts(theta)
-        _remember(self._parts_memo, key, got)
+        _remember(self._parts_memo, key, got, self._memo_size)
         return got
 
     def _parts(self, theta: Floats) -> _Parts | None:
@@ -239,7 +243,7 @@ class _Blocks:
         got = self._loglik_memo.get(key)
         if got is None:
             got = self._loglik(theta)
-            _remember(self._loglik_memo, key, got)
+            _remember(self._loglik_memo, key, got, self._memo_size)
         return got
 
     def _loglik(self, theta: Floats) -> float:
@@ -308,7 +312,7 @@ class _Blocks:
         got = self._score_memo.get(key)
         if got is None:
             got = self._score(theta)
-            _remember(self._score_memo, key, got)
+            _remember(self._score_memo, key, got, self._memo_size)
         return got.copy()
 
     def _score(self, theta: Floats) -> Floats:
@@ -353,7 +357,7 @@ class _Blocks:
         got = self._info_memo.get(key)
         if got is None:
             got = self._information(theta, free)
-            _remember(self._info_memo, key, got)
+            _remember(self._info_memo, key, got, self._memo_size)
         return got.copy()
 
     def _information(self, theta: Floats, free: list[int]) -> Floats:
