@@ -828,9 +828,17 @@ def verdict_caution(result: dict[str, Any]) -> str | None:
 
 
 def _trial_outcome(ds: Dataset) -> pd.DataFrame:
+    """The analysable trials' outcome columns, computed once per dataset.
+
+    Every test, model and sensitivity block of an analysis asks for it; callers only read it.
+    """
+    cached = ds.__dict__.get("_trial_outcome")
+    if cached is not None:
+        return cached
     t = _analysable(ds).loc[:, ["trial", "arm", "model", "stimulus", "variant", "rep", "accuracy"]]
     if ds.sources:
         t["source"] = t["stimulus"].map(ds.sources)
+    object.__setattr__(ds, "_trial_outcome", t)
     return t
 
 

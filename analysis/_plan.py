@@ -91,6 +91,8 @@ class _Design:
     stimulus: list[str]
     variant: list[str]
     rep: list[int]
+    cells: dict[str, list[tuple[str, str]]]
+    """Each arm's (model, variant) cells, sorted (:func:`_cells`), found once per design."""
 
 
 def _design(trial_ids: Sequence[str]) -> _Design:
@@ -99,6 +101,9 @@ def _design(trial_ids: Sequence[str]) -> _Design:
         arm, model, stim, rep = split_trial(t)
         keyed.append(((arm, model or "", stim, trial_variant(t) or "", int(rep)), t))
     keyed.sort()
+    cells: dict[str, set[tuple[str, str]]] = {}
+    for k, _ in keyed:
+        cells.setdefault(k[0], set()).add((k[1], k[3]))
     return _Design(
         [t for _, t in keyed],
         [k[0] for k, _ in keyed],
@@ -106,6 +111,7 @@ def _design(trial_ids: Sequence[str]) -> _Design:
         [k[2] for k, _ in keyed],
         [k[3] for k, _ in keyed],
         [k[4] for k, _ in keyed],
+        {arm: sorted(c) for arm, c in cells.items()},
     )
 
 
@@ -120,7 +126,7 @@ def _clip_mean(m: float, s: float) -> float:
 
 def _cells(d: _Design, arm: str) -> list[tuple[str, str]]:
     """The (model, variant) cells an arm runs, sorted."""
-    return sorted({(m, v) for a, m, v in zip(d.arm, d.model, d.variant, strict=True) if a == arm})
+    return d.cells.get(arm, [])
 
 
 def population_truth(sc: Scenario, d: _Design, a: str, b: str) -> float:

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 from scipy import optimize
 from scipy import stats as sps
+from threadpoolctl import ThreadpoolController
 
 __all__ = [
     "BOUNDARY_FRACTION",
@@ -40,6 +42,7 @@ __all__ = [
     "group_differences",
     "log_score_hessian",
     "not_fittable",
+    "one_blas_thread",
     "polish",
     "satterthwaite_contrast",
     "scan_starts",
@@ -72,6 +75,19 @@ class RemlFit:
     free: list[int]
     info_cov: Floats
     model: _Blocks
+
+
+_Parts = tuple[float, Floats, Floats, float, Any]
+"""``log|V|``, ``XᵀV⁻¹X``, ``XᵀV⁻¹y``, ``yᵀV⁻¹y`` and the blocks the derivatives use."""
+_MEMO_BYTES = 1 << 26
+"""About how many bytes a :class:`_Blocks` may keep in remembered evaluations (64 MiB)."""
+
+
+def _remember(memo: dict[Any, Any], key: Any, value: Any, size: int) -> None:
+    """Keep ``value`` under ``key``, forgetting the oldest entry when ``memo`` holds ``size``."""
+    if len(memo) >= size:
+        del memo[next(iter(memo))]
+    memo[key] = value
 
 
 class _Blocks:
@@ -152,31 +168,85 @@ class _Blocks:
             self.xy[c] = xr.T @ yr
             self.yy[c] = float(yr @ yr)
             self.nr[c] = float(rows.size)
+        self._eye = np.eye(q)
+        # an evaluation keeps a few (groups, q, q) and (groups, q, p) blocks: between 16 and 64
+        # points, within _MEMO_BYTES (the fit's repeats are a Hessian's 2m + 1 points apart)
+        entry = 8 * 4 * max(1, n_groups * q * (q + self.p))
+        self._memo_size = max(16, min(64, _MEMO_BYTES // entry))
+        self._phi_memo: dict[bytes, tuple[Any, ...]] = {}
+        self._parts_memo: dict[bytes, _Parts | None] = {}
+        self._loglik_memo: dict[bytes, float] = {}
+        self._score_memo: dict[bytes, Floats] = {}
+        self._info_memo: dict[tuple[bytes, tuple[int, ...]], Floats] = {}
 
-    def parts(self, theta: Floats) -> tuple[float, Floats, Floats, float, Any] | None:
-        """``log|V|``, ``XᵀV⁻¹X``, ``XᵀV⁻¹y``, ``yᵀV⁻¹y`` and the blocks the derivatives use."""
+    def _by_phi(self, phi: Floats) -> tuple[Any, ...]:
+        """What :meth:`parts` needs of the residual variances alone, computed once per ``phi``.
+
+        ``W``, ``ZᵀWZ``, ``ZᵀWX``, ``ZᵀWy``, ``XᵀWX``, ``XᵀWy``, ``yᵀWy`` and ``Σ n_r·log φ_r``:
+        the same operations on the same values as every evaluation did before (a scan over the
+        random-effect variances, or a difference step in one of them, keeps ``phi``), so a
+        repeated ``phi`` gives the same bits.
+        """
+        key = phi.tobytes()
+        got = self._phi_memo.get(key)
+        if got is None:
+            w = 1.0 / phi
+            got = (
+                w,
+                np.einsum("r,rgab->gab", w, self.zz),
+                np.einsum("r,rgap->gap", w, self.zx),
+                np.einsum("r,rga->ga", w, self.zy),
+                np.einsum("r,rpq->pq", w, self.xx),
+                np.einsum("r,rp->p", w, self.xy),
+                float(w @ self.yy),
+                float(self.nr @ np.log(phi)),
+            )
+            _remember(self._phi_memo, key, got, self._memo_size)
+        return got
+
+    def parts(self, theta: Floats) -> _Parts | None:
+        """``log|V|``, ``XᵀV⁻¹X``, ``XᵀV⁻¹y``, ``yᵀV⁻¹y`` and the blocks the derivatives use.
+
+        Remembered per ``theta`` (its bytes): the fit asks for the same point several times
+        (a line search's start, the convergence check after the polish, the covariance). The
+        arrays returned are shared: callers must not change them.
+        """
+        key = theta.tobytes()
+        if key in self._parts_memo:
+            return self._parts_memo[key]
+        got = self._parts(theta)
+        _remember(self._parts_memo, key, got, self._memo_size)
+        return got
+
+    def _parts(self, theta: Floats) -> _Parts | None:
         re, phi = theta[: self.k], theta[self.k :]
         if np.any(re < 0) or np.any(phi <= 0) or not np.all(np.isfinite(theta)):
             return None
-        w = 1.0 / phi
-        s = np.einsum("r,rgab->gab", w, self.zz)
-        zwx = np.einsum("r,rgap->gap", w, self.zx)
-        zwy = np.einsum("r,rga->ga", w, self.zy)
+        w, s, zwx, zwy, wxx, wxy, wyy, logphi = self._by_phi(phi)
         lam = np.einsum("k,kga->ga", np.sqrt(re), self.masks)
-        eye = np.eye(self.q)
+        eye = self._eye
         inner = eye + lam[:, :, None] * s * lam[:, None, :]
         sign, logdet_inner = np.linalg.slogdet(inner)
         if np.any(sign <= 0):
             return None
         kmat = lam[:, :, None] * np.linalg.solve(inner, eye * lam[:, None, :])
         kzx = kmat @ zwx
-        a = np.einsum("r,rpq->pq", w, self.xx) - np.einsum("gap,gaq->pq", zwx, kzx)
-        b = np.einsum("r,rp->p", w, self.xy) - np.einsum("gap,ga->p", kzx, zwy)
-        c = float(w @ self.yy) - float(np.einsum("ga,gab,gb->", zwy, kmat, zwy))
-        logdet = float(self.nr @ np.log(phi)) + float(np.sum(logdet_inner))
+        a = wxx - np.einsum("gap,gaq->pq", zwx, kzx)
+        b = wxy - np.einsum("gap,ga->p", kzx, zwy)
+        c = wyy - float(np.einsum("ga,gab,gb->", zwy, kmat, zwy))
+        logdet = logphi + float(np.sum(logdet_inner))
         return logdet, a, b, c, (w, s, zwx, kmat, kzx)
 
     def loglik(self, theta: Floats) -> float:
+        """The REML log-likelihood ``l_R(θ)`` (``−inf`` where it is undefined), remembered."""
+        key = theta.tobytes()
+        got = self._loglik_memo.get(key)
+        if got is None:
+            got = self._loglik(theta)
+            _remember(self._loglik_memo, key, got, self._memo_size)
+        return got
+
+    def _loglik(self, theta: Floats) -> float:
         got = self.parts(theta)
         if got is None:
             return -math.inf
@@ -236,7 +306,16 @@ class _Blocks:
         ``tr(V⁻¹D_r) = w_r·n_r − w_r²·Σ_j tr(K·ZᵀD_rZ)`` and, with ``V⁻¹e = W(e − Z·t)``,
         ``t = K·ZᵀWe``: ``eᵀV⁻¹D_rV⁻¹e = w_r²·(eᵀD_re − 2·tᵀZᵀD_re + tᵀ·ZᵀD_rZ·t)``. Analytic,
         so its rounding does not grow as a finite difference of ``l_R`` does with ``n``.
+        Remembered per ``theta`` (the convergence check repeats the polish's last points).
         """
+        key = theta.tobytes()
+        got = self._score_memo.get(key)
+        if got is None:
+            got = self._score(theta)
+            _remember(self._score_memo, key, got, self._memo_size)
+        return got.copy()
+
+    def _score(self, theta: Floats) -> Floats:
         got = self.parts(theta)
         if got is None:
             raise ValueError("the REML likelihood is undefined at these variances")
@@ -245,7 +324,8 @@ class _Blocks:
         beta = cmat @ b
         bz = zwx - s @ kzx  # ZᵀV⁻¹X
         qmat = s - s @ kmat @ s  # ZᵀV⁻¹Z
-        zwe = np.einsum("r,rga->ga", w, self.zy) - zwx @ beta  # ZᵀWe
+        zwy = self._by_phi(theta[self.k :])[3]  # ZᵀWy, as parts computed it
+        zwe = zwy - zwx @ beta  # ZᵀWe
         tvec = np.einsum("gab,gb->ga", kmat, zwe)  # K·ZᵀWe
         zve = zwe - np.einsum("gab,gb->ga", s, tvec)  # ZᵀV⁻¹e
         out = np.zeros(theta.size)
@@ -271,7 +351,16 @@ class _Blocks:
 
         ``P = V⁻¹ − U·C·Uᵀ`` (``U = V⁻¹X``): ``tr(V⁻¹V_iV⁻¹V_k) − 2·tr(C·UᵀV_kV⁻¹V_iU) +
         tr(C·B_i·C·B_k)``, each from the per-group blocks (``docs/statistics.md``).
+        Remembered per ``theta`` and ``free``.
         """
+        key = (theta.tobytes(), tuple(free))
+        got = self._info_memo.get(key)
+        if got is None:
+            got = self._information(theta, free)
+            _remember(self._info_memo, key, got, self._memo_size)
+        return got.copy()
+
+    def _information(self, theta: Floats, free: list[int]) -> Floats:
         cmat, (w, kmat, amat, bz, qmat, tmat) = self._derived(theta)
         m = len(free)
         info = np.zeros((m, m))
@@ -443,7 +532,36 @@ def fit_reml(
     variances first (each at least ``10⁻⁴·var(y)``); when they reach a point that passes
     :func:`check_maximum`, it is the answer and the three starts are skipped. The analysis
     never passes it.
+
+    The fit runs with one BLAS thread (:func:`one_blas_thread`): its matrices are a few
+    rows wide, and a second thread only spins (L-BFGS-B's tripled its CPU time). The
+    archive is built with one thread (``scripts/make_archive.py``), so nothing recorded
+    changes.
     """
+    with one_blas_thread():
+        return _fit_reml(y, exog, groups, terms, classes, names, label, warm)
+
+
+_CONTROLLER: list[ThreadpoolController] = []
+
+
+def one_blas_thread() -> AbstractContextManager[Any]:
+    """A context in which every loaded BLAS (numpy's, scipy's) runs on one thread."""
+    if not _CONTROLLER:
+        _CONTROLLER.append(ThreadpoolController())
+    return cast(AbstractContextManager[Any], _CONTROLLER[0].limit(limits=1, user_api="blas"))
+
+
+def _fit_reml(
+    y: Floats,
+    exog: Floats,
+    groups: Sequence[str],
+    terms: Sequence[Sequence[str]],
+    classes: Sequence[str],
+    names: list[str],
+    label: str,
+    warm: Sequence[float] | None,
+) -> RemlFit:
     model = _Blocks(y, exog, groups, terms, classes)
     k, r = model.k, len(model.class_labels)
     v = model.var if model.var > 0 else 1.0

@@ -780,3 +780,29 @@ def test_a_variant_study_plans_with_a_variant_shift_and_verifies(tmp_path: Path)
     body, ids, record = _inputs(root)
     ok, message = check_record(body, ids, json.dumps(record).encode())
     assert ok, message
+
+
+@pytest.mark.slow  # two small plans and a cold sensitivity fit: tens of seconds
+def test_bench_plan_reports_every_figure() -> None:
+    import subprocess
+
+    bench = ROOT / "benchmarks" / "bench_plan.py"
+    args = ["--studies", "10", "--replicates", "3", "--cold", "1"]
+    result = subprocess.run(
+        [sys.executable, str(bench), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    for label in (
+        "demo scenario, 3 replicates",
+        "limit (draw 10 studies' trials and datasets)",
+        "plan, sensitivity = true:",
+        "plan, sensitivity = false:",
+        "x the limit",
+        "as ledger analyze fits it (cold starts), 1 studies",
+        "ms per fit",
+    ):
+        assert label in result.stdout, result.stdout
+    assert result.stdout.count("load average") == 2, result.stdout
