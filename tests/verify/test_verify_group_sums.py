@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from verify._recompute.dataset import ItemTable
+from verify._recompute.dataset import Coded, ItemTable
 from verify._reml import RemlModel
 from verify._restats import GroupSums, _no_residual_variation
 
@@ -116,3 +116,16 @@ def test_item_table_reads_back_its_rows_by_column() -> None:
     assert set(moved.column("model")) == {"m1"} and table.column("model") == [""] * 40
     chunked = list(table.tuples(("rep", "answer"), per_chunk=7))
     assert chunked == [(r["rep"], r["answer"]) for r in rows]
+
+
+def test_a_coded_column_gives_back_every_value_as_it_was() -> None:
+    values = [True, 1, 1.0, -0.0, 0.0, None, "UP", "UP", [1, 2], False, 0]
+    column = Coded()
+    for v in values:
+        column.append(v)
+    back = list(column)
+    assert back == values
+    assert [type(v) for v in back] == [type(v) for v in values]
+    assert math.copysign(1.0, back[3]) == -1.0 and math.copysign(1.0, back[4]) == 1.0
+    assert len(column.labels) == len(values) - 1  # "UP" twice is one value
+    assert list(column.take([6, 0, 9])) == ["UP", True, False]

@@ -398,13 +398,64 @@ def _shared(value: Any) -> Any:
     return value
 
 
+class Coded:
+    """A column of item rows held as 4-byte codes into its distinct values (``labels``).
+
+    Item rows repeat few values (a truth, an answer, a row, a position, ``True``/``False``):
+    each row costs 4 bytes, each distinct value one entry. A value is looked up by its type
+    and value (``True`` and ``1``, ``0.0`` and ``-0.0`` stay apart); one that cannot be hashed
+    gets its own entry.
+    Read like a list: ``col[k]``, iteration, ``len``.
+    """
+
+    __slots__ = ("codes", "index", "labels")
+
+    def __init__(
+        self, labels: list[Any] | None = None, index: dict[Any, int] | None = None
+    ) -> None:
+        self.codes = array("I")
+        self.labels: list[Any] = [] if labels is None else labels
+        self.index: dict[Any, int] = {} if index is None else index
+
+    def append(self, value: Any) -> None:
+        """Append ``value`` (its code)."""
+        try:
+            key: Any = (type(value), value.hex() if type(value) is float else value)
+            code = self.index.get(key)
+        except TypeError:  # not hashable: an entry of its own
+            key = code = None
+        if code is None:
+            code = len(self.labels)
+            self.labels.append(value)
+            if key is not None:
+                self.index[key] = code
+        self.codes.append(code)
+
+    def take(self, indices: Sequence[int]) -> Coded:
+        """The values at ``indices`` (the distinct values shared)."""
+        out = Coded(self.labels, self.index)
+        codes = self.codes
+        out.codes = array("I", [codes[k] for k in indices])
+        return out
+
+    def __getitem__(self, k: int) -> Any:
+        return self.labels[self.codes[k]]
+
+    def __iter__(self) -> Iterator[Any]:
+        labels = self.labels
+        return (labels[c] for c in self.codes)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+
 class ItemTable:
     """``items.csv`` (analysis.md §2) as columns: what a study of 10^5-10^6 trials can hold.
 
     One entry per item row in each column list: ``of`` (an ``array('l')``) is the index of the
     row's trial in ``commons`` (that trial's (trial, arm, model, stimulus, variant, rep, order),
     one tuple shared by its rows); ``row``, ``position``, ``truth``, ``answer`` and ``correct``
-    are lists (short strings shared, :func:`_shared`); ``logprobs`` and ``margin`` are lists only
+    are :class:`Coded` columns (4 bytes a row); ``logprobs`` and ``margin`` are lists only
     in a cloze study (``None``: every row has none). ``truth_original`` and ``answer_original``
     are derived when read (variants.md §2/§5). The statistics read whole columns
     (:meth:`column`) and subsets (:meth:`where`, :meth:`take`); iterating or indexing gives
@@ -426,11 +477,11 @@ class ItemTable:
     def __init__(self) -> None:
         self.commons: list[tuple[Any, ...]] = []
         self.of = array("l")
-        self.row: list[Any] = []
-        self.position: list[Any] = []
-        self.truth: list[Any] = []
-        self.answer: list[Any] = []
-        self.correct: list[Any] = []
+        self.row = Coded()
+        self.position = Coded()
+        self.truth = Coded()
+        self.answer = Coded()
+        self.correct = Coded()
         self.logprobs: list[Any] | None = None
         self.margin: list[Any] | None = None
 
@@ -445,19 +496,27 @@ class ItemTable:
             if k is None:
                 k = index[common] = len(table.commons)
                 table.commons.append(common)
-            table.add(k, r.get("row"), r.get("position"), r.get("truth"), r.get("answer"))
-            table.correct[-1] = r.get("correct")
+            table.add(
+                k,
+                r.get("row"),
+                r.get("position"),
+                r.get("truth"),
+                r.get("answer"),
+                r.get("correct"),
+            )
             table._extra(r.get("logprobs"), r.get("margin"))
         return table
 
-    def add(self, trial: int, row: Any, position: Any, truth: Any, answer: Any) -> None:
-        """Append one row of trial ``trial`` (an index into ``commons``); ``correct`` None."""
+    def add(
+        self, trial: int, row: Any, position: Any, truth: Any, answer: Any, correct: Any
+    ) -> None:
+        """Append one row of trial ``trial`` (an index into ``commons``)."""
         self.of.append(trial)
         self.row.append(row)
         self.position.append(position)
         self.truth.append(_shared(truth))
         self.answer.append(_shared(answer))
-        self.correct.append(None)
+        self.correct.append(correct)
 
     def _extra(self, logprobs: Any, margin: Any) -> None:
         """The last row's ``logprobs`` and ``margin`` (columns made on the first value)."""
@@ -530,11 +589,11 @@ class ItemTable:
             self.correct,
         )
         out.of = array("l", [of[k] for k in indices])
-        out.row = [row[k] for k in indices]
-        out.position = [position[k] for k in indices]
-        out.truth = [truth[k] for k in indices]
-        out.answer = [answer[k] for k in indices]
-        out.correct = [correct[k] for k in indices]
+        out.row = row.take(indices)
+        out.position = position.take(indices)
+        out.truth = truth.take(indices)
+        out.answer = answer.take(indices)
+        out.correct = correct.take(indices)
         if self.logprobs is not None:
             out.logprobs = [self.logprobs[k] for k in indices]
         if self.margin is not None:
@@ -586,8 +645,14 @@ def _add_items(table: ItemTable, common: tuple[Any, ...], items: list[dict[str, 
     trial = len(table.commons)
     table.commons.append(common)
     for i in items:
-        table.add(trial, i.get("row"), i.get("position"), i.get("truth"), i.get("answer"))
-        table.correct[-1] = i.get("correct")
+        table.add(
+            trial,
+            i.get("row"),
+            i.get("position"),
+            i.get("truth"),
+            i.get("answer"),
+            i.get("correct"),
+        )
         table._extra(
             bytes(rfc8785.dumps(i["logprobs"])).decode("utf-8") if "logprobs" in i else None,
             i.get("margin"),
