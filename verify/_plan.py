@@ -286,7 +286,7 @@ def _rerun(
             trial["excluded"] = False
     ds = sci_dataset._Dataset(
         rows,
-        [],
+        sci_dataset.ItemTable(),
         sorted(protocol["arms"]),
         [],
         "",

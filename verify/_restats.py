@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -268,40 +269,65 @@ def bootstrap_clustered(
     }
 
 
-def _reml_by_groups(y: Floats, exog: Floats, grp: NDArray[Any]) -> Any:
-    """``l_R(σ²_g, σ²_e)`` up to a constant, from per-group sums (Sherman–Morrison).
+@dataclass(frozen=True)
+class GroupSums:
+    """The sufficient statistics of a random-intercept model (statistics.md, issue 41).
 
-    With ``V_j = σ²_e·I + σ²_g·J``: ``|V_j| = σ²_e^(n_j−1)·(σ²_e + n_j·σ²_g)`` and
-    ``V_j⁻¹ = (I − c_j·J)/σ²_e`` with ``c_j = σ²_g/(σ²_e + n_j·σ²_g)``. The outcome is centred
-    first (REML is invariant to adding ``X·b``, the model has an intercept) to limit cancellation.
+    Per group ``j`` (groups in sorted label order): ``n[j]`` its rows, ``s[j] = Σ x_i`` (a
+    ``p``-vector) and ``t[j] = Σ y_i``; over all rows ``xx = XᵀX``, ``xy = Xᵀy``, ``yy = yᵀy``.
+    Read once, in row order, with ``numpy.bincount``; every likelihood evaluation then costs
+    ``O(G·p²)``, whatever the number of rows.
     """
-    yc = y - float(np.mean(y))
-    stats_by_group = []
-    for label in sorted(set(grp.tolist())):
-        rows = grp == label
-        xj, yj = exog[rows], yc[rows]
-        sj = xj.sum(axis=0)
-        stats_by_group.append(
-            (float(rows.sum()), xj.T @ xj, sj, xj.T @ yj, float(yj.sum()), float(yj @ yj))
+
+    n: Floats
+    s: Floats
+    t: Floats
+    xx: Floats
+    xy: Floats
+    yy: float
+
+    @classmethod
+    def of(cls, y: Floats, exog: Floats, grp: NDArray[Any]) -> GroupSums:
+        """The sums of outcome ``y``, design ``exog`` (rows x p) and group labels ``grp``."""
+        _, code = np.unique(grp, return_inverse=True)
+        code = code.reshape(-1)
+        g = int(code.max()) + 1 if code.size else 0
+        s = np.column_stack(
+            [np.bincount(code, weights=exog[:, k], minlength=g) for k in range(exog.shape[1])]
+        ).astype(np.float64)
+        return cls(
+            np.bincount(code, minlength=g).astype(np.float64),
+            s,
+            np.bincount(code, weights=y, minlength=g).astype(np.float64),
+            exog.T @ exog,
+            exog.T @ y,
+            float(y @ y),
         )
 
-    def loglik(g: float, e: float) -> float:
-        k = exog.shape[1]
-        xvx = np.zeros((k, k))
-        xvy = np.zeros(k)
-        yvy = 0.0
-        logdet = 0.0
-        for nj, xtx, sj, xty, tj, yy in stats_by_group:
-            c = g / (e + nj * g)
-            xvx += (xtx - c * np.outer(sj, sj)) / e
-            xvy += (xty - c * sj * tj) / e
-            yvy += (yy - c * tj * tj) / e
-            logdet += (nj - 1.0) * math.log(e) + math.log(e + nj * g)
+    def loglik(self, g: float, e: float) -> float:
+        """``l_R(σ²_g = g, σ²_e = e)`` up to its constant (statistics.md, the formulas there).
+
+        With ``c_j = g/(e + n_j·g)``: ``XᵀV⁻¹X = (XᵀX − Σ c_j·s_j·s_jᵀ)/e``, ``XᵀV⁻¹y = (Xᵀy −
+        Σ c_j·t_j·s_j)/e``, ``yᵀV⁻¹y = (yᵀy − Σ c_j·t_j²)/e`` and ``log|V| = Σ_j [(n_j − 1)·log e
+        + log(e + n_j·g)]``; ``g = 0`` is ordinary least squares.
+        """
+        c = g / (e + self.n * g)
+        xvx = (self.xx - (self.s * c[:, None]).T @ self.s) / e
+        xvy = (self.xy - self.s.T @ (c * self.t)) / e
+        yvy = (self.yy - float(c @ (self.t * self.t))) / e
+        logdet = float(np.sum((self.n - 1.0) * math.log(e) + np.log(e + self.n * g)))
         b = np.linalg.solve(xvx, xvy)
         quad = yvy - float(xvy @ b)
         return -0.5 * (logdet + float(np.linalg.slogdet(xvx)[1]) + quad)
 
-    return loglik
+
+def _reml_by_groups(y: Floats, exog: Floats, grp: NDArray[Any]) -> Any:
+    """``l_R(σ²_g, σ²_e)`` up to a constant, from the sufficient statistics (:class:`GroupSums`).
+
+    The outcome is centred first (REML is invariant to adding ``X·b``, the model has an
+    intercept) to limit cancellation.
+    """
+    return GroupSums.of(y - float(np.mean(y)), exog, grp).loglik
 
 
 def _zero_group_variance_fits_as_well(
@@ -337,12 +363,11 @@ def _no_residual_variation(y: Floats, exog: Floats, grp: NDArray[Any]) -> bool:
     the centred design is then the residual on ``[X, Z]``. No residual variation (at most
     :data:`EXACT_FIT_FRACTION` of ``Σ(y − ȳ)²``) leaves ``σ²_e`` without an estimate.
     """
-    yw = np.array(y, dtype=np.float64)
-    xw = np.array(exog, dtype=np.float64)
-    for label in set(grp.tolist()):
-        rows = grp == label
-        yw[rows] -= yw[rows].mean()
-        xw[rows] -= xw[rows].mean(axis=0)
+    sums = GroupSums.of(np.asarray(y, dtype=np.float64), np.asarray(exog, dtype=np.float64), grp)
+    _, code = np.unique(grp, return_inverse=True)
+    code = code.reshape(-1)
+    yw = y - (sums.t / sums.n)[code]  # each row less its group's means (one pass for the sums)
+    xw = exog - (sums.s / sums.n[:, None])[code]
     coef = np.linalg.lstsq(xw, yw, rcond=None)[0]
     left = yw - xw @ coef
     dev = y - y.mean()

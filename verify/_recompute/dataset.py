@@ -13,6 +13,7 @@ import io
 import json
 import math
 import sys
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -77,7 +78,7 @@ VARIANT_ITEM_COLUMNS = (
 @dataclass
 class _Dataset:
     trials: list[dict[str, Any]]
-    items: list[Any]  # ItemRow, read like a dict
+    items: ItemTable  # a list of rows (dicts) is made a table
     arms: list[str]
     given_up: list[str]
     scores_sha256: str
@@ -89,6 +90,11 @@ class _Dataset:
     covariates: list[str] = field(default_factory=list)  # analysis.md §11: covariate.NAME
     factors: list[str] = field(default_factory=list)  # analysis.md §2: factor.<NAME> columns
     excluded_trials: list[str] = field(default_factory=list)  # trial.excluded: never sent
+    _analysable_items: ItemTable | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.items, ItemTable):
+            self.items = ItemTable.from_rows(list(self.items))
 
     @property
     def several_models(self) -> bool:
@@ -100,7 +106,9 @@ class _Dataset:
             self,
             # with a data arm's rows (model ""), compared within each model (trials.md §6)
             trials=[t | {"model": model} for t in self.trials if t["model"] in (model, "")],
-            items=[i | {"model": model} for i in self.items if i["model"] in (model, "")],
+            items=self.items.trials_where(lambda c: c[2] in (model, "")).with_common(
+                "model", model
+            ),
             given_up=[g for g in self.given_up if _trial_model(g) == model],
             excluded_trials=[g for g in self.excluded_trials if _trial_model(g) == model],
             models=[],
@@ -116,7 +124,7 @@ class _Dataset:
         return replace(
             self,
             trials=[t for t in self.trials if str(t["variant"]) == variant],
-            items=[i for i in self.items if str(i["variant"]) == variant],
+            items=self.items.trials_where(lambda c: str(c[4]) == variant),
             given_up=[g for g in self.given_up if of(g) == variant],
             excluded_trials=[g for g in self.excluded_trials if of(g) == variant],
         )
@@ -127,15 +135,23 @@ class _Dataset:
         return replace(
             self,
             trials=[t for t in self.trials if str(t["stimulus"]) in keep],
-            items=[i for i in self.items if str(i["stimulus"]) in keep],
+            items=self.items.trials_where(lambda c: str(c[3]) in keep),
         )  # every other member (given_up, sources, models, variants, cloze) kept
 
     def analysable(self) -> list[dict[str, Any]]:
         return [t for t in self.trials if not t["control"] and not t["excluded"]]
 
-    def analysable_items(self) -> list[Any]:
-        ids = {t["trial"] for t in self.analysable()}
-        return [i for i in self.items if i["trial"] in ids and i["truth"] != CONTROL_TRUTH]
+    def analysable_items(self) -> ItemTable:
+        """The item rows of the analysable trials, control rows left out (read once, kept)."""
+        if self._analysable_items is None:
+            ids = {t["trial"] for t in self.analysable()}
+            items = self.items
+            ok = [c[0] in ids for c in items.commons]
+            of, truth = items.of, items.truth
+            self._analysable_items = items.take(
+                [k for k, t in enumerate(of) if ok[t] and truth[k] != CONTROL_TRUTH]
+            )
+        return self._analysable_items
 
 
 def _trial_model(trial: str) -> str:
@@ -178,19 +194,24 @@ def trial_models(plan: dict[str, Any], names: list[str]) -> list[str]:
 
 
 def _csv_chunks(
-    rows: Sequence[Any], columns: tuple[str, ...], per_chunk: int = 4096
+    rows: Sequence[Any] | ItemTable, columns: tuple[str, ...], per_chunk: int = 4096
 ) -> Iterator[bytes]:
     """The UTF-8 CSV of ``rows`` (header first), in pieces of ``per_chunk`` rows.
 
-    A table of millions of rows is hashed piece by piece and never held whole.
+    A table of millions of rows is hashed piece by piece and never held whole. ``rows`` is a
+    sequence of rows read by column name, or an :class:`ItemTable` (read by columns).
     """
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
-    for n, row in enumerate(rows, 1):
+    values: Iterator[Sequence[Any]] = (
+        rows.tuples(columns, per_chunk)
+        if isinstance(rows, ItemTable)
+        else ([row[c] for c in columns] for row in rows)
+    )
+    for n, row_values in enumerate(values, 1):
         cells: list[Any] = []
-        for c in columns:
-            v = row[c]
+        for v in row_values:
             if v is None or (isinstance(v, float) and math.isnan(v)):
                 cells.append("")
             elif isinstance(v, float):
@@ -377,28 +398,274 @@ def _shared(value: Any) -> Any:
     return value
 
 
-def _item_row(common: tuple[Any, ...], i: dict[str, Any]) -> ItemRow:
-    """analysis.md §2: one row of ``items.csv``.
+class Coded:
+    """A column of item rows held as 4-byte codes into its distinct values (``labels``).
+
+    Item rows repeat few values (a truth, an answer, a row, a position, ``True``/``False``):
+    each row costs 4 bytes, each distinct value one entry. A value is looked up by its type
+    and value (``True`` and ``1``, ``0.0`` and ``-0.0`` stay apart); one that cannot be hashed
+    gets its own entry.
+    Read like a list: ``col[k]``, iteration, ``len``.
+    """
+
+    __slots__ = ("codes", "index", "labels")
+
+    def __init__(
+        self, labels: list[Any] | None = None, index: dict[Any, int] | None = None
+    ) -> None:
+        self.codes = array("I")
+        self.labels: list[Any] = [] if labels is None else labels
+        self.index: dict[Any, int] = {} if index is None else index
+
+    def append(self, value: Any) -> None:
+        """Append ``value`` (its code)."""
+        try:
+            key: Any = (type(value), value.hex() if type(value) is float else value)
+            code = self.index.get(key)
+        except TypeError:  # not hashable: an entry of its own
+            key = code = None
+        if code is None:
+            code = len(self.labels)
+            self.labels.append(value)
+            if key is not None:
+                self.index[key] = code
+        self.codes.append(code)
+
+    def take(self, indices: Sequence[int]) -> Coded:
+        """The values at ``indices`` (the distinct values shared)."""
+        out = Coded(self.labels, self.index)
+        codes = self.codes
+        out.codes = array("I", [codes[k] for k in indices])
+        return out
+
+    def __getitem__(self, k: int) -> Any:
+        return self.labels[self.codes[k]]
+
+    def __iter__(self) -> Iterator[Any]:
+        labels = self.labels
+        return (labels[c] for c in self.codes)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+
+class ItemTable:
+    """``items.csv`` (analysis.md §2) as columns: what a study of 10^5-10^6 trials can hold.
+
+    One entry per item row in each column list: ``of`` (an ``array('l')``) is the index of the
+    row's trial in ``commons`` (that trial's (trial, arm, model, stimulus, variant, rep, order),
+    one tuple shared by its rows); ``row``, ``position``, ``truth``, ``answer`` and ``correct``
+    are :class:`Coded` columns (4 bytes a row); ``logprobs`` and ``margin`` are lists only
+    in a cloze study (``None``: every row has none). ``truth_original`` and ``answer_original``
+    are derived when read (variants.md §2/§5). The statistics read whole columns
+    (:meth:`column`) and subsets (:meth:`where`, :meth:`take`); iterating or indexing gives
+    :class:`ItemRow` views, built on demand.
+    """
+
+    __slots__ = (
+        "answer",
+        "commons",
+        "correct",
+        "logprobs",
+        "margin",
+        "of",
+        "position",
+        "row",
+        "truth",
+    )
+
+    def __init__(self) -> None:
+        self.commons: list[tuple[Any, ...]] = []
+        self.of = array("l")
+        self.row = Coded()
+        self.position = Coded()
+        self.truth = Coded()
+        self.answer = Coded()
+        self.correct = Coded()
+        self.logprobs: list[Any] | None = None
+        self.margin: list[Any] | None = None
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Any]) -> ItemTable:
+        """A table of ``rows`` (dicts or :class:`ItemRow`), each read by column name."""
+        table = cls()
+        index: dict[tuple[Any, ...], int] = {}
+        for r in rows:
+            common = tuple(_shared(r.get(n)) for n in _COMMON)
+            k = index.get(common)
+            if k is None:
+                k = index[common] = len(table.commons)
+                table.commons.append(common)
+            table.add(
+                k,
+                r.get("row"),
+                r.get("position"),
+                r.get("truth"),
+                r.get("answer"),
+                r.get("correct"),
+            )
+            table._extra(r.get("logprobs"), r.get("margin"))
+        return table
+
+    def add(
+        self, trial: int, row: Any, position: Any, truth: Any, answer: Any, correct: Any
+    ) -> None:
+        """Append one row of trial ``trial`` (an index into ``commons``)."""
+        self.of.append(trial)
+        self.row.append(row)
+        self.position.append(position)
+        self.truth.append(_shared(truth))
+        self.answer.append(_shared(answer))
+        self.correct.append(correct)
+
+    def _extra(self, logprobs: Any, margin: Any) -> None:
+        """The last row's ``logprobs`` and ``margin`` (columns made on the first value)."""
+        n = len(self.of)
+        if logprobs is not None and self.logprobs is None:
+            self.logprobs = [None] * n
+        if margin is not None and self.margin is None:
+            self.margin = [None] * n
+        if self.logprobs is not None:
+            self.logprobs[n - 1 :] = [logprobs]
+        if self.margin is not None:
+            self.margin[n - 1 :] = [margin]
+
+    def __len__(self) -> int:
+        return len(self.of)
+
+    def __bool__(self) -> bool:
+        return len(self.of) > 0
+
+    def _view(self, k: int) -> ItemRow:
+        return ItemRow(
+            self.commons[self.of[k]],
+            self.row[k],
+            self.position[k],
+            self.truth[k],
+            self.answer[k],
+            self.correct[k],
+            None if self.logprobs is None else self.logprobs[k],
+            None if self.margin is None else self.margin[k],
+        )
+
+    def __getitem__(self, k: int) -> ItemRow:
+        if k < 0:
+            k += len(self.of)
+        if not 0 <= k < len(self.of):
+            raise IndexError(k)
+        return self._view(k)
+
+    def __iter__(self) -> Iterator[ItemRow]:
+        for k in range(len(self.of)):
+            yield self._view(k)
+
+    def column(self, name: str) -> list[Any]:
+        """Every row's value of column ``name``, in row order."""
+        k = _COMMON.get(name)
+        if k is not None:
+            commons = self.commons
+            return [commons[t][k] for t in self.of]
+        if name in ("logprobs", "margin"):
+            values = getattr(self, name)
+            return [None] * len(self.of) if values is None else list(values)
+        if name in _OWN:
+            return list(getattr(self, name))
+        if name in ("truth_original", "answer_original"):
+            orders = self.column("order")
+            labels = self.truth if name == "truth_original" else self.answer
+            return [_shared(_original(o, v)) for o, v in zip(orders, labels, strict=True)]
+        raise KeyError(name)
+
+    def take(self, indices: Sequence[int]) -> ItemTable:
+        """The rows at ``indices``, in that order (the trials' tuples shared)."""
+        out = ItemTable()
+        out.commons = self.commons
+        of, row, position, truth, answer, correct = (
+            self.of,
+            self.row,
+            self.position,
+            self.truth,
+            self.answer,
+            self.correct,
+        )
+        out.of = array("l", [of[k] for k in indices])
+        out.row = row.take(indices)
+        out.position = position.take(indices)
+        out.truth = truth.take(indices)
+        out.answer = answer.take(indices)
+        out.correct = correct.take(indices)
+        if self.logprobs is not None:
+            out.logprobs = [self.logprobs[k] for k in indices]
+        if self.margin is not None:
+            out.margin = [self.margin[k] for k in indices]
+        return out
+
+    def trials_where(self, keep: Any) -> ItemTable:
+        """The rows whose trial's tuple ``keep(common)`` accepts, in row order."""
+        ok = [bool(keep(c)) for c in self.commons]
+        return self.take([k for k, t in enumerate(self.of) if ok[t]])
+
+    def where(self, name: str, value: Any) -> ItemTable:
+        """The rows whose trial column ``name`` (arm, model, stimulus, ...) equals ``value``."""
+        k = _COMMON[name]
+        return self.trials_where(lambda c: c[k] == value)
+
+    def with_common(self, name: str, value: Any) -> ItemTable:
+        """A copy in which every row's trial column ``name`` is ``value``."""
+        k = _COMMON[name]
+        out = self.take(range(len(self.of)))
+        out.commons = [(*c[:k], value, *c[k + 1 :]) for c in self.commons]
+        return out
+
+    def tuples(self, columns: Sequence[str], per_chunk: int = 4096) -> Iterator[tuple[Any, ...]]:
+        """Each row's values of ``columns``, read a chunk of rows at a time."""
+        for start in range(0, len(self.of), per_chunk):
+            part = self.take(range(start, min(start + per_chunk, len(self.of))))
+            yield from zip(*(part.column(c) for c in columns), strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ItemTable):
+            other = list(other)
+        if isinstance(other, list):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ItemTable({len(self)} rows)"
+
+
+def _add_items(table: ItemTable, common: tuple[Any, ...], items: list[dict[str, Any]]) -> None:
+    """analysis.md §2: one trial's rows of ``items.csv``, appended to ``table``.
 
     ``common`` is the trial's (trial, arm, model, stimulus, variant, rep, order), shared by its
     rows.
     """
-    return ItemRow(
-        common,
-        i.get("row"),
-        i.get("position"),
-        _shared(i.get("truth")),
-        _shared(i.get("answer")),
-        i.get("correct"),
-        bytes(rfc8785.dumps(i["logprobs"])).decode("utf-8") if "logprobs" in i else None,
-        i.get("margin"),
-    )
+    trial = len(table.commons)
+    table.commons.append(common)
+    for i in items:
+        table.add(
+            trial,
+            i.get("row"),
+            i.get("position"),
+            i.get("truth"),
+            i.get("answer"),
+            i.get("correct"),
+        )
+        table._extra(
+            bytes(rfc8785.dumps(i["logprobs"])).decode("utf-8") if "logprobs" in i else None,
+            i.get("margin"),
+        )
 
 
 def _trial_rows(
-    archive: _Archive, event: _Event, reading: _Reading
-) -> tuple[int, dict[str, Any], list[ItemRow]]:
-    """(response seq, the ``trials.csv`` row, the ``items.csv`` rows) of one trial.scored."""
+    archive: _Archive, event: _Event, reading: _Reading, table: ItemTable
+) -> tuple[int, dict[str, Any], int]:
+    """(response seq, the ``trials.csv`` row, its first row in ``table``) of one trial.scored.
+
+    Its ``items.csv`` rows are appended to ``table``.
+    """
     b = archive.at(event).body
     rq = _request_of(archive, event, b)
     trial_arm = reading.code_arm.get(b.get("arm_code", ""))
@@ -445,8 +712,9 @@ def _trial_rows(
         common["rep"],
         order,
     )
-    item_rows = [_item_row(shared, i) for i in items]
-    return int(b["response_seq"]), row, item_rows
+    start = len(table)
+    _add_items(table, shared, items)
+    return int(b["response_seq"]), row, start
 
 
 def _add_covariates(
@@ -493,16 +761,20 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
         response.get("parser", TUMBLING_E) == TUMBLING_E,
         response.get("parser") == "ddx",
     )
-    trials = [_trial_rows(archive, event, reading) for event in archive.of("trial.scored")]
-    trials.sort(key=lambda t: t[0])
-    rows = [t[1] for t in trials]
+    table = ItemTable()
+    trials = [_trial_rows(archive, e, reading, table) for e in archive.of("trial.scored")]
+    ends = [t[2] for t in trials[1:]] + [len(table)]
+    order = sorted(range(len(trials)), key=lambda k: trials[k][0])
+    if order != list(range(len(trials))):  # in response order, each trial's rows together
+        table = table.take([j for k in order for j in range(trials[k][2], ends[k])])
+    rows = [trials[k][1] for k in order]
     covariates = _add_covariates(archive, plan, rows)
     factor_names = _add_factors(plan, rows)
     given_up = [str(e.body.get("trial")) for e in archive.of("trial.failed") if e.body.get("final")]
     by_source = (plan.get("analysis") or {}).get("random_intercept") == "source"
     return _Dataset(
         rows,
-        [i for t in trials for i in t[2]],
+        table,
         sorted(arm_codes),
         given_up,
         str(sealed.body.get("scores_sha256")),
@@ -573,7 +845,7 @@ def _restrict(ds: _Dataset, keep: set[str]) -> _Dataset:
     return replace(
         ds,
         trials=[t for t in ds.trials if t["trial"] in keep],
-        items=[i for i in ds.items if i["trial"] in keep],
+        items=ds.items.trials_where(lambda c: c[0] in keep),
         given_up=[g for g in ds.given_up if g in keep],
         excluded_trials=[g for g in ds.excluded_trials if g in keep],
     )  # every other member (models, variants, cloze, ...) as the whole study's

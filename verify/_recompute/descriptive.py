@@ -11,7 +11,7 @@ from typing import Any
 
 from verify import _ddx
 from verify import _restats as st
-from verify._recompute.dataset import _Dataset, _trial_model
+from verify._recompute.dataset import ItemTable, _Dataset, _trial_model
 from verify._recompute.results import _guard, _Result
 
 
@@ -74,12 +74,12 @@ def _parse_rate(statuses: dict[str, int], n: int) -> float | None:
     return (statuses.get("ok", 0) + statuses.get("partial", 0)) / n if n else None
 
 
-def _clustered(items: list[dict[str, Any]]) -> dict[str, Any]:
+def _clustered(items: ItemTable) -> dict[str, Any]:
     """The glyph accuracy clustered by stimulus."""
     by: dict[str, list[int]] = {}
-    for i in items:
-        cell = by.setdefault(str(i["stimulus"]), [0, 0])
-        cell[0] += 1 if i["correct"] else 0
+    for stimulus, correct in zip(items.column("stimulus"), items.correct, strict=True):
+        cell = by.setdefault(str(stimulus), [0, 0])
+        cell[0] += 1 if correct else 0
         cell[1] += 1
     ordered = [by[k] for k in sorted(by)]
     return st.cluster_proportion([c for c, _ in ordered], [m for _, m in ordered]) | {
@@ -87,13 +87,11 @@ def _clustered(items: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _arm_entry(
-    trials: list[dict[str, Any]], items: list[dict[str, Any]], given_up: int
-) -> dict[str, Any]:
+def _arm_entry(trials: list[dict[str, Any]], items: ItemTable, given_up: int) -> dict[str, Any]:
     """analysis.md §3 ``descriptive.arms``: one arm's (or arm x model cell's) counts."""
     tumbling = [t for t in trials if not t["control"]]
     statuses = _statuses(tumbling)
-    correct = sum(1 for i in items if i["correct"])
+    correct = sum(1 for c in items.correct if c)
     entry: dict[str, Any] = {
         "trials_scored": len(tumbling),
         "status": statuses,
@@ -119,7 +117,7 @@ def _descriptive(ds: _Dataset) -> list[_Result]:
         for arm in ds.arms:
             values[arm] = _arm_entry(
                 [t for t in ds.trials if t["arm"] == arm],
-                [i for i in items if i["arm"] == arm],
+                items.where("arm", arm),
                 sum(1 for g in ds.given_up if g.split("|")[0] == arm),
             )
         return values
@@ -134,7 +132,7 @@ def _descriptive(ds: _Dataset) -> list[_Result]:
                 )
                 if not trials and not given_up:
                     continue
-                mine = [i for i in items if i["arm"] == arm and i["model"] == model]
+                mine = items.trials_where(lambda c, a=arm, m=model: c[1] == a and c[2] == m)
                 values[f"{arm}|{model}"] = {"arm": arm, "model": model} | _arm_entry(
                     trials, mine, given_up
                 )
@@ -142,8 +140,10 @@ def _descriptive(ds: _Dataset) -> list[_Result]:
 
     def cells() -> dict[str, Any]:
         correct: dict[tuple[str, str], list[bool]] = {}
-        for i in items:
-            correct.setdefault((str(i["arm"]), str(i["stimulus"])), []).append(bool(i["correct"]))
+        for arm, stim, ok in zip(
+            items.column("arm"), items.column("stimulus"), items.correct, strict=True
+        ):
+            correct.setdefault((str(arm), str(stim)), []).append(bool(ok))
         trials: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for t in ds.trials:
             if not t["control"]:

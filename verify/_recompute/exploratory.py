@@ -13,7 +13,7 @@ from typing import Any
 
 from verify import _restats as st
 from verify._recompute.archive import TUMBLING_E
-from verify._recompute.dataset import _Dataset, _labels
+from verify._recompute.dataset import ItemTable, _Dataset, _labels
 from verify._recompute.model import _model
 from verify._recompute.pairs import (
     _answer,
@@ -26,16 +26,20 @@ from verify._recompute.results import _guard, _Result
 
 
 def _error_spread(
-    it: list[dict[str, Any]], labels: tuple[str, ...], tumbling: bool, oriented: bool
+    it: ItemTable, labels: tuple[str, ...], tumbling: bool, oriented: bool
 ) -> dict[str, Any]:
     """The wrong answers: per label, their chi-square tests, the canonical-right share."""
-    wrong = [i for i in it if not i["correct"] and i["answer"] in labels]
+    wrong = [
+        (str(t), str(a))
+        for t, a, ok in zip(it.truth, it.answer, it.correct, strict=True)
+        if not ok and a in labels
+    ]
     if not wrong:
         return {}
     values: dict[str, Any] = {}
     if tumbling:
         values["canonical_right_share"] = st.canonical_share(
-            [str(i["truth"]) for i in wrong], [str(i["answer"]) for i in wrong]
+            [t for t, _ in wrong], [a for _, a in wrong]
         )
     counts = _wrong_counts(it, labels)
     name = "error_directions" if oriented else "error_answers"
@@ -56,21 +60,21 @@ def _or_error(compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 
 
 def _excluding_truth(
-    counts: list[int], wrong: list[dict[str, Any]], labels: tuple[str, ...]
+    counts: list[int], wrong: list[tuple[str, str]], labels: tuple[str, ...]
 ) -> dict[str, Any]:
     """The wrong answers' chi-square against the null that never gives the truth."""
-    shares = st.error_null_excluding_truth([str(i["truth"]) for i in wrong], labels)
+    shares = st.error_null_excluding_truth([t for t, _ in wrong], labels)
     kept = [k for k, sh in enumerate(shares) if sh > 0]
     return st.chi_square_gof([counts[k] for k in kept], [shares[k] for k in kept]) | {
         "labels": [labels[k] for k in kept]
     }
 
 
-def _by_row(it: list[dict[str, Any]]) -> dict[str, Any]:
+def _by_row(it: ItemTable) -> dict[str, Any]:
     """A tumbling-E chart's accuracy per row."""
     rows: dict[int, list[bool]] = {}
-    for i in it:
-        rows.setdefault(int(i["row"]), []).append(bool(i["correct"]))
+    for row, ok in zip(it.row, it.correct, strict=True):
+        rows.setdefault(int(row), []).append(bool(ok))
     return {
         str(row): {"correct": sum(c), "n": len(c), "accuracy": sum(c) / len(c)}
         for row, c in sorted(rows.items())
@@ -78,13 +82,13 @@ def _by_row(it: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _errors(
-    it: list[dict[str, Any]], labels: tuple[str, ...], tumbling: bool, oriented: bool
+    it: ItemTable, labels: tuple[str, ...], tumbling: bool, oriented: bool
 ) -> dict[str, Any]:
     """``exploratory.errors.<arm>``: confusion, the wrong answers' spread, position bias."""
     if not it:
         raise st.StatError("no parseable responses in this arm")
-    answers = [_answer(i["answer"]) for i in it]
-    truth = [str(i["truth"]) for i in it]
+    answers = [_answer(a) for a in it.answer]
+    truth = [str(t) for t in it.truth]
     values: dict[str, Any] = {"confusion": st.confusion_matrix(truth, answers, labels)}
     values.update(_error_spread(it, labels, tumbling, oriented))
     if tumbling:
@@ -96,14 +100,13 @@ def _errors(
 def _pair(ds: _Dataset, design: dict[str, Any], tumbling: bool, a: str, b: str) -> dict[str, Any]:
     """``exploratory.pair.<a>-<b>``: every test of the pair, registered or not."""
     values: dict[str, Any] = {}
-    paired = _paired_items(ds, a, b)
-    if paired:
+    left, right = _paired_items(ds, a, b)
+    if left:
         values["mcnemar"] = st.mcnemar_paired(
-            [bool(x["correct"]) for x, _ in paired], [bool(y["correct"]) for _, y in paired]
+            [bool(c) for c in left.correct], [bool(c) for c in right.correct]
         )
         values["flip_rate"] = st.flip_rate(
-            [_answer(x["answer"]) for x, _ in paired],
-            [_answer(y["answer"]) for _, y in paired],
+            [_answer(v) for v in left.answer], [_answer(v) for v in right.answer]
         )
     x, y = _pair_accuracies(ds, a, b)
     values["independent_t"] = st.independent_t(x, y)
@@ -185,7 +188,7 @@ def _exploratory(
     tumbling = parser == TUMBLING_E
     oriented = parser in (TUMBLING_E, "orientation-word")
     for arm in ds.arms if labels is not None else []:
-        it = [i for i in items if i["arm"] == arm]
+        it = items.where("arm", arm)
         errors = partial(_errors, it, labels or (), tumbling, oriented)
         out.append(_guard(_Result(f"exploratory.errors.{arm}"), errors))
     design = plan["design"]
@@ -256,10 +259,11 @@ def _by_truth(ds: _Dataset, plan: dict[str, Any], labels: tuple[str, ...]) -> _R
 
     def compute() -> dict[str, Any]:
         counts: dict[str, dict[str, tuple[int, int]]] = {arm: {} for arm in ds.arms}
-        for i in ds.analysable_items():
-            if str(i["truth"]) in labels:
-                k, n = counts[i["arm"]].get(str(i["truth"]), (0, 0))
-                counts[i["arm"]][str(i["truth"])] = (k + bool(i["correct"]), n + 1)
+        items = ds.analysable_items()
+        for arm, truth, ok in zip(items.column("arm"), items.truth, items.correct, strict=True):
+            if str(truth) in labels:
+                k, n = counts[arm].get(str(truth), (0, 0))
+                counts[arm][str(truth)] = (k + bool(ok), n + 1)
         cells = {
             arm: {
                 label: {

@@ -7,10 +7,11 @@ Part of the science checks (:mod:`verify._science`); imports nothing from ``ledg
 from __future__ import annotations
 
 import math
+from array import array
 from typing import Any
 
 from verify import _restats as st
-from verify._recompute.dataset import _Dataset
+from verify._recompute.dataset import ItemTable, _Dataset
 from verify._recompute.results import _mean
 
 
@@ -61,26 +62,41 @@ def _paired_t_means(ds: _Dataset, a: str, b: str) -> dict[str, Any] | None:
     return st.paired_t([x for x, _ in pairs.values()], [y for _, y in pairs.values()])
 
 
-def _paired_items(ds: _Dataset, a: str, b: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def _paired_items(ds: _Dataset, a: str, b: str) -> tuple[ItemTable, ItemTable]:
+    """The analysable item rows of arms a and b paired by their place in the design.
+
+    The place is (model, stimulus, variant, rep, row, position). Row ``k`` of the first table
+    pairs with row ``k`` of the second: each of a's rows in order, with each of b's rows of its
+    place in theirs.
+    """
     items = ds.analysable_items()
+    commons, of, row, position = items.commons, items.of, items.row, items.position
+    arm_of = [c[1] for c in commons]
 
-    def key(i: dict[str, Any]) -> tuple[Any, ...]:
-        return (i["model"], i["stimulus"], i["variant"], i["rep"], i["row"], i["position"])
+    def key(k: int) -> tuple[Any, ...]:
+        c = commons[of[k]]
+        return (c[2], c[3], c[4], c[5], row[k], position[k])
 
-    right: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for i in items:
-        if i["arm"] == b:
-            right.setdefault(key(i), []).append(i)
-    return [(i, j) for i in items if i["arm"] == a for j in right.get(key(i), [])]
+    right: dict[tuple[Any, ...], list[int]] = {}
+    for k, t in enumerate(of):
+        if arm_of[t] == b:
+            right.setdefault(key(k), []).append(k)
+    left_rows, right_rows = array("l"), array("l")
+    for k, t in enumerate(of):
+        if arm_of[t] == a:
+            for j in right.get(key(k), ()):
+                left_rows.append(k)
+                right_rows.append(j)
+    return items.take(left_rows), items.take(right_rows)
 
 
 def _answer(value: Any) -> str:
     return "(none)" if value is None else str(value)
 
 
-def _wrong_counts(items: list[dict[str, Any]], labels: tuple[str, ...]) -> list[int]:
-    wrong = [i for i in items if not i["correct"] and i["answer"] in labels]
-    return [sum(1 for i in wrong if i["answer"] == o) for o in labels]
+def _wrong_counts(items: ItemTable, labels: tuple[str, ...]) -> list[int]:
+    wrong = [a for a, ok in zip(items.answer, items.correct, strict=True) if not ok and a in labels]
+    return [sum(1 for a in wrong if a == o) for o in labels]
 
 
 def _id_parts(trial: str) -> tuple[str, str, int]:

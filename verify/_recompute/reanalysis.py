@@ -34,6 +34,7 @@ from verify._recompute.dataset import (
     TRIAL_COLUMNS,
     VARIANT_ITEM_COLUMNS,
     VARIANT_TRIAL_COLUMNS,
+    ItemTable,
     _csv_chunks,
     _Dataset,
     _dataset,
@@ -74,7 +75,7 @@ def _within_bounds(archive: _Archive, plan: dict[str, Any], protocol: _Event | N
         )
 
 
-_Table = tuple[Sequence[Any], tuple[str, ...]]
+_Table = tuple[Sequence[Any] | ItemTable, tuple[str, ...]]
 """A rebuilt table: its rows and its columns."""
 
 

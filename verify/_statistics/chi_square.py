@@ -16,7 +16,7 @@ def values(case: Case) -> dict[str, Any]:
     labels = _labels(case.plan)
     if labels is None:
         raise st.StatError("chi-square needs a parser with labels")
-    mine = [i for i in case.ds.analysable_items() if i["arm"] == case.a]
+    mine = case.ds.analysable_items().where("arm", case.a)
     chi = st.chi_square_gof(_wrong_counts(mine, labels))
     return {**chi, "labels": list(labels), "p_raw": chi["p"]}
 

@@ -51,13 +51,11 @@ def values(case: Case) -> dict[str, Any]:
     """The McNemar test of a's and b's paired items (§11's when it names a condition)."""
     if is_mcq(case.h):
         return mcq_case_values(case, mcq_values)
-    pairs = _paired_items(case.ds, case.a, case.b)
-    if not pairs:
+    x, y = _paired_items(case.ds, case.a, case.b)
+    if not x:
         raise st.StatError("no paired items")
-    mc = st.mcnemar_paired(
-        [bool(x["correct"]) for x, _ in pairs], [bool(y["correct"]) for _, y in pairs]
-    )
-    return {**mc, "p_raw": mc["p"], "estimate": (mc["b"] - mc["c"]) / len(pairs)}
+    mc = st.mcnemar_paired([bool(c) for c in x.correct], [bool(c) for c in y.correct])
+    return {**mc, "p_raw": mc["p"], "estimate": (mc["b"] - mc["c"]) / len(x)}
 
 
 def estimate_text(v: dict[str, Any]) -> str:
