@@ -21,16 +21,26 @@ optimiser.
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize
 
-__all__ = ["RemlModel", "RemlPoint", "check_point", "noise", "stationary_limit"]
+__all__ = [
+    "RemlModel",
+    "RemlPoint",
+    "check_point",
+    "noise",
+    "remembered_maxima",
+    "stationary_limit",
+]
 
 Floats = NDArray[np.float64]
 
@@ -74,6 +84,34 @@ class RemlPoint:
     magnitude: float = 0.0
     """``S``: the sum of the absolute values of the terms ``l_R`` adds (``docs/statistics.md``),
     the scale of its rounding error."""
+
+
+_MAXIMA: ContextVar[dict[bytes, RemlPoint] | None] = ContextVar("_MAXIMA", default=None)
+
+
+@contextmanager
+def remembered_maxima() -> Iterator[None]:
+    """Within the block, each REML maximum is found once per model input data.
+
+    :meth:`RemlModel.maximise` of a model built from the same inputs (the outcome, the design,
+    every row's group, cluster and residual class, bit for bit, in the same row order) climbs
+    once; later calls get a copy of that point.
+
+    One verification checks the same subset's random-intercept model both as a hypothesis and
+    as the registered model of its sensitivity analysis; the maximum is a function of the
+    model's inputs alone, so the second check gets the same numbers without a second climb.
+    The memory is the block's own (a context variable): nothing outlives it.
+    """
+    token = _MAXIMA.set({})
+    try:
+        yield
+    finally:
+        _MAXIMA.reset(token)
+
+
+def _copy(point: RemlPoint) -> RemlPoint:
+    """``point`` with arrays of its own (a caller may change what it was handed)."""
+    return replace(point, params=point.params.copy(), beta=point.beta.copy(), cov=point.cov.copy())
 
 
 def _columns(
@@ -127,6 +165,10 @@ class RemlModel:
         self.k = len(terms)
         self.r = len(rlabels)
         cols, col_of_row = _columns(terms, gcode, self.n_groups, n)
+        key = hashlib.sha256(np.asarray([n, p, self.k, self.n_groups, self.r]).tobytes())
+        for part in (yv, x, gcode, col_of_row, rcode):
+            key.update(np.ascontiguousarray(part).tobytes())
+        self._input_key = key.digest()  # what the model is built from: remembered_maxima()
         q = max((len(c) for c in cols), default=0)
         self.q = q
         self.term_of_col = np.full((self.n_groups, q), -1, dtype=np.intp)
@@ -513,8 +555,12 @@ class RemlModel:
         the boundary (:meth:`_to_boundary`). L-BFGS-B only has to reach the maximum's basin
         (``ftol`` 1e-9): the Newton steps, whose convergence is quadratic, give the precision
         (on the demo archive the optimum's ``l_R`` agrees to 1e-11 with ``ftol`` 1e-15, at 0.7
-        of the likelihood evaluations).
+        of the likelihood evaluations). Inside :func:`remembered_maxima` a model built from the
+        same inputs is maximised once.
         """
+        memory = _MAXIMA.get()
+        if memory is not None and self._input_key in memory:
+            return _copy(memory[self._input_key])
         best: RemlPoint | None = None
         for start in self.starts() + self.scan():
             s = self._climb(np.square, np.sqrt(start), 1e-9, 1e-6)
@@ -522,7 +568,10 @@ class RemlModel:
             if best is None or cand.loglik > best.loglik:
                 best = cand
         assert best is not None
-        return self._to_boundary(best)
+        found = self._to_boundary(best)
+        if memory is not None:
+            memory[self._input_key] = _copy(found)
+        return found
 
     def _to_boundary(self, pt: RemlPoint) -> RemlPoint:
         """``pt``, or the boundary point it stops short of, whichever is more likely.

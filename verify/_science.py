@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from verify._blas import one_blas_thread
 from verify._privacy import Withheld
 from verify._reader.files import ArchiveFiles
 from verify._reader.names import line_where
@@ -40,6 +41,7 @@ from verify._recompute.results import (
     MAX_BOOTSTRAP_WORK,
     REL_TOL,
 )
+from verify._reml import remembered_maxima
 from verify._report import Check, Status
 
 __all__ = [
@@ -105,6 +107,9 @@ def science_checks(
     of those) and ``files`` (the archive's walk and reader) are those the other checks used,
     shared, never copied; without them the archive is walked and its events parsed here, the
     same way.
+
+    The checks run on one BLAS thread (:func:`verify._blas.one_blas_thread`) and remember
+    each REML maximum they find (:func:`verify._reml.remembered_maxima`) until they return.
     """
     loaded: _Archive | None = None
     error: _Problem | None = None
@@ -112,14 +117,15 @@ def science_checks(
         loaded = _load(Path(archive), envelopes, files, unkept)
     except _Problem as exc:
         error = exc
-    checks = [
-        _run("rescore", loaded, error, _rescore),
-        _run("reanalysis", loaded, error, _reanalysis),
-    ]
-    if (
-        plan is not None
-        and loaded is not None
-        and any(e.body.get("path") == "plan/plan.json" for e in loaded.of("artifact.locked"))
-    ):  # docs/planning.md §7
-        checks.append(_run("plan", loaded, None, plan))
+    with one_blas_thread(), remembered_maxima():
+        checks = [
+            _run("rescore", loaded, error, _rescore),
+            _run("reanalysis", loaded, error, _reanalysis),
+        ]
+        if (
+            plan is not None
+            and loaded is not None
+            and any(e.body.get("path") == "plan/plan.json" for e in loaded.of("artifact.locked"))
+        ):  # docs/planning.md §7
+            checks.append(_run("plan", loaded, None, plan))
     return checks

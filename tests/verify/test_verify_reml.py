@@ -22,8 +22,9 @@ from locations import REPO
 
 from tests.verify.test_archive_tamper import read_events, resign
 from verify import Status, verify_archive
+from verify._blas import one_blas_thread
 from verify._recompute.compare import _first_difference
-from verify._reml import RemlModel, check_point
+from verify._reml import RemlModel, check_point, remembered_maxima
 
 ROOT = REPO
 SHIPPED = ROOT / "archive" / "prompt-tumbling-e"
@@ -191,6 +192,59 @@ def test_own_optimum_matches_statsmodels_and_its_point_passes_the_check() -> Non
     # a stationary point that is not the maximum: the saddle/minimum is refused too
     _, problem = check_point(model, [recorded[0], recorded[1] * 40])
     assert problem is not None
+
+
+def _climbs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the maxima :meth:`RemlModel.maximise` climbs to (its last step, _to_boundary)."""
+    calls: list[int] = []
+    real = RemlModel._to_boundary
+
+    def counted(self: RemlModel, pt: Any) -> Any:
+        calls.append(self.n)
+        return real(self, pt)
+
+    monkeypatch.setattr(RemlModel, "_to_boundary", counted)
+    return calls
+
+
+def test_a_maximum_is_climbed_once_per_model_input_inside_remembered_maxima(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    d = _data(4)
+    alone = RemlModel(d["y"], d["x"], d["g"], [d["g"]]).maximise()
+    calls = _climbs(monkeypatch)
+    with remembered_maxima():
+        first = RemlModel(d["y"], d["x"], d["g"], [d["g"]]).maximise()
+        first.params[:] = -1.0  # a caller changing what it was handed changes no other's
+        again = RemlModel(list(d["y"]), d["x"].copy(), list(d["g"]), [list(d["g"])]).maximise()
+        assert len(calls) == 1
+        for point in (first, again):
+            assert point.loglik == alone.loglik and _same(point.beta, alone.beta)
+            assert _same(point.cov, alone.cov)
+        assert _same(again.params, alone.params)
+        # one outcome changed by one ulp, rows in another order, another term: climbed again
+        y = d["y"].copy()
+        y[3] = np.nextafter(y[3], 2.0)
+        RemlModel(y, d["x"], d["g"], [d["g"]]).maximise()
+        order = np.arange(len(d["g"]))[::-1]
+        g = [d["g"][i] for i in order]
+        RemlModel(d["y"][order], d["x"][order], g, [g]).maximise()
+        RemlModel(d["y"], d["x"], d["g"], [d["g"], d["cell"]]).maximise()
+        assert len(calls) == 4
+    RemlModel(d["y"], d["x"], d["g"], [d["g"]]).maximise()  # outside the block: nothing kept
+    assert len(calls) == 5
+
+
+def test_one_blas_thread_limits_every_loaded_blas_and_restores_it() -> None:
+    from threadpoolctl import threadpool_info
+
+    before = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    assert before  # numpy's BLAS at least is loaded
+    with one_blas_thread():
+        assert [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"] == [
+            1
+        ] * len(before)
+    assert [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"] == before
 
 
 def test_probe_by_arm_model_matches_statsmodels_variance_components() -> None:

@@ -136,7 +136,7 @@ def _science(run: ArchiveRun) -> list[Check]:
     except ImportError as exc:  # fail closed: a required check that cannot run has not passed
         reason = (
             f"re-scoring and re-analysis could not run ({type(exc).__name__}: {exc}); install "
-            "the verifier's dependencies (numpy, scipy, rfc8785)"
+            "the verifier's dependencies (numpy, scipy, threadpoolctl, rfc8785)"
         )
         return [Check("rescore", Status.FAIL, reason), Check("reanalysis", Status.FAIL, reason)]
     checks = science_checks(
