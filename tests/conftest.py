@@ -87,6 +87,11 @@ holding one of them for minutes."""
 
 LONG_UNITS = (
     "serial: processes and timing",
+    "tests/runner/test_cloud_backends.py",
+    "tests/verify/test_conformance_soak.py::test_conformance_soak[0]",
+    "tests/verify/test_conformance_soak.py::test_conformance_soak[1]",
+    "tests/analysis/test_reml_maximum.py",
+    "tests/runner/test_phases.py",
     "tests/verify/test_archive_tamper.py",
     "tests/e2e/test_template_green.py",
     "tests/runner/test_steps_crash.py",
@@ -110,7 +115,9 @@ LONG_UNITS = (
     "tests/analysis/test_stats.py",
 )
 """Units of work that take longest, longest first (measured on two cores: in the slow set the
-serial unit about 90 s, the judge-phase kill soak 56 s, the medmcqa demo module 45 s; in the
+serial unit about 90 s, the cloud backends' module about 2 minutes, each conformance soak chunk
+about a minute, the REML module's 10,010-trial study 52 s, the judge-phase kill soak 56 s, the
+medmcqa demo module 45 s; in the
 README's set the archive-tamper module about 37 s, the analysis pipeline, report and demo
 modules 15-25 s each, the service, workers and PostgreSQL modules 10-13 s, on a quiet machine).
 They are handed out first, so that the two workers end together instead of one finishing a
