@@ -213,15 +213,17 @@ SCIENCE_CHECKS = ("rescore", "reanalysis", "plan")
 def science_skipped() -> Iterator[None]:
     """Inside the block, archives verify without their science checks (:data:`SCIENCE_CHECKS`).
 
-    For a test that expects a verification to FAIL on a check that is not a science check, and
-    asserts nothing about the science checks: re-scoring and re-analysing (seconds: every mixed
-    model refitted) are then work no assertion reads. The test proves the same thing with them
-    skipped, because (``verify/_archive/__init__.py``, ``_verify``) the science checks run
-    last, after every other check and on what those checks already read, so every other check
-    comes out the same; and a report is ``ok`` when no check FAILed, so a report that FAILs
-    without them FAILs with them too. ``test_archive_tamper.py``'s
+    For a test whose assertions read only other checks (that one FAILs or PASSes, what it
+    says) and, at most, that the report is not ``ok``: re-scoring and re-analysing (seconds:
+    every mixed model refitted) are then work no assertion reads. The test proves the same
+    thing with them skipped, because (``verify/_archive/__init__.py``, ``_verify``) the science
+    checks run after every other check (but a public archive's ``privacy``, which reads none of
+    their results) and on what those checks already read, so every other check comes out the
+    same; and a report is ``ok`` when no check FAILed, so a report
+    that FAILs without them FAILs with them too. ``test_archive_tamper.py``'s
     ``test_skipping_science_changes_no_other_check`` compares a full report with one made in
-    this block. Honest archives and tests that read a science check keep verifying in full.
+    this block. A test that asserts a report is ``ok``, or reads a science check, verifies in
+    full.
     """
     import verify._archive
 
