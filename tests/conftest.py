@@ -227,6 +227,16 @@ def simulated_archive(tmp_path_factory: pytest.TempPathFactory, study_template: 
     return out
 
 
+@pytest.fixture(scope="session")
+def simulated_report(simulated_archive: Path) -> Any:
+    """``verify_archive`` of :func:`simulated_archive` (no trusted key, no published checkpoint):
+    one whole verification per session, shared by the tests that read the honest report.
+    Read-only (a ``verify.Report``)."""
+    from verify import verify_archive
+
+    return verify_archive(simulated_archive)
+
+
 @pytest.fixture
 def ledger_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private PROMPT_LEDGER_HOME (keys and blinding secrets) for one test."""

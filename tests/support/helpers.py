@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from ledger import FixedClock, Ledger, SigningKey
 
 
@@ -201,6 +203,33 @@ def cli_export(root: Path, key: Path, out: Path) -> None:
     ):
         result = CliRunner().invoke(main, [*map(str, step), "--key", str(key)])
         assert result.exit_code == 0, (step, result.output)
+
+
+SCIENCE_CHECKS = ("rescore", "reanalysis", "plan")
+"""The checks ``verify._science`` adds to an archive's report, after every other check."""
+
+
+@contextmanager
+def science_skipped() -> Iterator[None]:
+    """Inside the block, archives verify without their science checks (:data:`SCIENCE_CHECKS`).
+
+    For a test whose assertions read only other checks (that one FAILs or PASSes, what it
+    says) and, at most, that the report is not ``ok``: re-scoring and re-analysing (seconds:
+    every mixed model refitted) are then work no assertion reads. The test proves the same
+    thing with them skipped, because (``verify/_archive/__init__.py``, ``_verify``) the science
+    checks run after every other check (but a public archive's ``privacy``, which reads none of
+    their results) and on what those checks already read, so every other check comes out the
+    same; and a report is ``ok`` when no check FAILed, so a report
+    that FAILs without them FAILs with them too. ``test_archive_tamper.py``'s
+    ``test_skipping_science_changes_no_other_check`` compares a full report with one made in
+    this block. A test that asserts a report is ``ok``, or reads a science check, verifies in
+    full.
+    """
+    import verify._archive
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(verify._archive, "_science", lambda run: [])
+        yield
 
 
 def assert_flow_matches_ledger(archive: Path) -> None:
