@@ -1183,6 +1183,30 @@ def _closed_form_fit(
     return best[1], best[2], best[0]
 
 
+def _direct_fit(
+    y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64], codes: npt.NDArray[np.intp]
+) -> (
+    tuple[tuple[float, float, float], tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]]
+    | None
+):
+    """:func:`_closed_form_fit` and the GLS fixed effects there, or None when either fails.
+
+    Returns ``((σ²_g, σ²_e, log-likelihood), (β̂, fe_cov))``; None when no finite maximum was
+    found or the fixed effects or their covariance are not finite there.
+    """
+    with np.errstate(all="ignore"):
+        try:
+            point = _closed_form_fit(y, exog, codes)
+        except (np.linalg.LinAlgError, ValueError, FloatingPointError, ZeroDivisionError):
+            return None
+        if point is None:
+            return None
+        gls = gls_at(y, exog, codes, point[0], point[1])
+    if not (np.all(np.isfinite(gls[0])) and np.all(np.isfinite(gls[1]))):
+        return None
+    return point, gls
+
+
 def _factor_columns(
     df: pd.DataFrame,
     arm: npt.NDArray[Any],
@@ -1428,35 +1452,33 @@ def mixed_model(
             "bound as the residual variance goes to 0 and the variance components cannot be "
             "estimated"
         )
-    direct = None
-    if (
+    large = (
         n_groups >= CLOSED_FORM_MIN_GROUPS
         or y.size >= CLOSED_FORM_MIN_ROWS
         or _CLOSED_FORM_ALWAYS.get()
-    ):
-        with np.errstate(all="ignore"):
+    )
+    direct = _direct_fit(y, exog, codes) if large else None
+    if direct is None:
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
             try:
-                direct = _closed_form_fit(y, exog, codes)
-            except (np.linalg.LinAlgError, ValueError, FloatingPointError, ZeroDivisionError):
-                direct = None
-            if direct is not None:
-                gls = gls_at(y, exog, codes, direct[0], direct[1])
-                if not (np.all(np.isfinite(gls[0])) and np.all(np.isfinite(gls[1]))):
-                    direct = None
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        if direct is not None:
-            group_var, resid_var, llf = direct
-            fe, cov = gls
-            converged = True
-            if group_var < 0.01:
-                warnings.warn(BOUNDARY_WARNING, ConvergenceWarning, stacklevel=2)
-        else:
-            fe, cov, group_var, resid_var, llf, converged = _statsmodels_fit(
-                y, exog, groups, codes, len(names), outcome, arm_col, group_col
-            )
-    for item in record:
-        caught.append(f"{item.category.__name__}: {item.message}")
+                fe, cov, group_var, resid_var, llf, converged = _statsmodels_fit(
+                    y, exog, groups, codes, len(names), outcome, arm_col, group_col
+                )
+            except StatsError:
+                # statsmodels' optimiser can fail numerically ("Singular matrix") on a step
+                # far from a maximum that exists: the closed-form path then looks for it,
+                # and the fit fails only when it finds none (docs/statistics.md)
+                direct = None if large else _direct_fit(y, exog, codes)
+                if direct is None:
+                    raise
+        if direct is None:
+            caught.extend(f"{item.category.__name__}: {item.message}" for item in record)
+    if direct is not None:
+        (group_var, resid_var, llf), (fe, cov) = direct
+        converged = True
+        if group_var < 0.01:  # statsmodels' boundary warning, by its own rule
+            caught.append(f"{ConvergenceWarning.__name__}: {BOUNDARY_WARNING}")
     if resid_var > 0 and group_var >= 0:
         group_var, resid_var, llf, fe, cov = _to_the_maximum(
             y, exog, codes, group_var, resid_var, llf, fe, cov

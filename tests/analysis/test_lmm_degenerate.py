@@ -8,10 +8,13 @@ the verifier's own REML optimum lands on the boundary when the maximum is there.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
 import pytest
+from locations import REPO
+from statsmodels.regression.mixed_linear_model import MixedLM
 
 from analysis import _stats as stats
 from verify import _restats as vst
@@ -95,3 +98,35 @@ def test_the_verifiers_own_optimum_is_on_the_boundary_when_the_maximum_is() -> N
     own = RemlModel(acc, exog, groups, [groups]).maximise()
     assert own.params[0] == 0.0
     assert own.params[1] == pytest.approx(fit.residual_variance, rel=1e-9)
+
+
+def test_a_fit_statsmodels_fails_numerically_takes_the_closed_form_path_on_both_sides() -> None:
+    # conformance seed 1016 (text family, two models, one arm with three holes): statsmodels'
+    # optimiser raised "Singular matrix" on a step far from the REML maximum, which is on the
+    # boundary; the writer recorded model.lmm "failed" and the verifier, fitting it, "ok"
+    t = pd.read_csv(REPO / "tests" / "vectors" / "lmm-statsmodels-singular.csv")
+    exog = np.column_stack(
+        [np.ones(len(t)), t["arm"] == "plain", t["arm"] == "sys", t["model"] == "m2"]
+    ).astype(float)
+    y = t["accuracy"].to_numpy(dtype=float)
+    with warnings.catch_warnings(), pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+        warnings.simplefilter("ignore")  # its optimiser's warnings on the way to the error
+        MixedLM(y, exog, groups=t["stimulus"].to_numpy()).fit(reml=True)  # what the vector pins
+    args = (t, "accuracy", "arm", "stimulus", "evidence")
+    fit = stats.mixed_model(*args, factors={"model": "m1"})
+    with stats.closed_form_fits():
+        direct = stats.mixed_model(*args, factors={"model": "m1"})
+    assert fit.as_dict() == direct.as_dict()
+    model = ("model", t["model"].tolist(), "m1")
+    arms, groups = t["arm"].tolist(), t["stimulus"].tolist()
+    own = vst.mixed_model(y, arms, groups, "evidence", factor=model)
+    assert (fit.group_variance, own["group_variance"]) == (0.0, 0.0)  # the boundary
+    assert fit.residual_variance == pytest.approx(own["residual_variance"], rel=1e-9)
+    assert fit.singular and own["singular"]
+    checked = vst.mixed_model(
+        y, arms, groups, "evidence", factor=model, at=(fit.group_variance, fit.residual_variance)
+    )
+    assert checked["_reml_problem"] is None
+    for mine, theirs in zip(checked["fixed_effects"], fit.fixed_effects, strict=True):
+        assert mine["estimate"] == pytest.approx(theirs.estimate, rel=1e-9, abs=1e-12)
+        assert mine["se"] == pytest.approx(theirs.se, rel=1e-9)

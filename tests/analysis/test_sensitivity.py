@@ -778,6 +778,8 @@ def test_a_likelihood_with_two_maxima_is_fitted_at_the_higher_on_both_sides() ->
         assert theirs["df"] == pytest.approx(ours["df"], rel=1e-9)
         assert theirs["se"] == pytest.approx(ours["se"], rel=1e-9)
 
-    recorded = {"m": {"variances": dict(zip(names, own.params.tolist(), strict=True))}}
-    read = _recorded_variances(json.loads(canonical_json(recorded)), "m", names)
-    assert read == own.params.tolist()
+    recorded = {
+        "m": {"fitted": True, "variances": dict(zip(names, own.params.tolist(), strict=True))}
+    }
+    read = _recorded_variances(json.loads(canonical_json(recorded)), "m", names, "values.models")
+    assert read == (own.params.tolist(), None)

@@ -3,7 +3,9 @@
 Its log-likelihood is checked against the dense textbook formula and against statsmodels; the
 check accepts the writer's recorded point on honest archives and refuses a recorded fixed
 effect moved by 1e-4 relative (re-signed), a variance component moved off the maximum
-(re-signed), and a tiny p-value re-reported as 0 (re-signed).
+(re-signed), a tiny p-value re-reported as 0 (re-signed), and recorded variance components it
+cannot read (removed or garbled, re-signed: a FAIL naming the member, never its own fit in
+their place).
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ import numpy as np
 import pytest
 from locations import REPO
 
-from tests.verify.test_archive_tamper import read_events, resign
+from tests.verify.test_archive_tamper import SLOW, read_events, resign
 from verify import Status, verify_archive
 from verify._blas import one_blas_thread
 from verify._recompute.compare import _first_difference
+from verify._recompute.model import _recorded_point
+from verify._recompute.sensitivity import _recorded_variances
 from verify._reml import RemlModel, check_point, remembered_maxima
 
 ROOT = REPO
@@ -373,3 +377,125 @@ def test_tiny_p_value_reported_as_zero_and_resigned_fails(copy_: Path) -> None:
     _, check = _reanalysis(copy_)
     assert check.status is Status.FAIL
     assert "p_raw" in check.reason, check.reason
+
+
+# ------------------------------------------- recorded variance components it cannot read
+
+
+@pytest.mark.parametrize(
+    ("recorded", "named"),
+    [
+        ({"group_variance": 0.02}, ["values.residual_variance missing"]),
+        (
+            {"group_variance": "0.02", "residual_variance": None},
+            ['values.group_variance recorded "0.02"', "values.residual_variance recorded null"],
+        ),
+        ({"group_variance": True, "residual_variance": 0.1}, ["values.group_variance recorded"]),
+        ({"fixed_effects": [], "warnings": []}, ["group_variance missing", "residual_variance"]),
+    ],
+    ids=["missing", "string-and-null", "bool", "both-missing"],
+)
+def test_an_unreadable_recorded_point_is_a_problem_never_an_own_fit(
+    recorded: dict[str, Any], named: list[str]
+) -> None:
+    at, _, problem = _recorded_point(recorded)
+    assert at is None and problem is not None
+    for place in named:
+        assert place in problem, problem
+
+
+@pytest.mark.parametrize(
+    "recorded", [None, {}, {"reason": "the outcome is fitted exactly"}], ids=str
+)
+def test_nothing_recorded_to_check_is_no_problem(recorded: Any) -> None:
+    # a failed model records {}, a not applicable one its reason: the status is compared
+    assert _recorded_point(recorded) == (None, [], None)
+
+
+def test_a_readable_recorded_point_is_checked() -> None:
+    # RFC 8785 writes 0.0 as 0: an integer is a number
+    at, texts, problem = _recorded_point(
+        {"group_variance": 0, "residual_variance": 0.05, "warnings": ["w", 3]}
+    )
+    assert (at, texts, problem) == ((0.0, 0.05), ["w"], None)
+
+
+def test_an_unreadable_sensitivity_point_is_a_problem() -> None:
+    names = ["group", "group_by_arm", "residual"]
+    fitted = {"fitted": True, "variances": {"group": 0.01, "group_by_arm": "x", "residual": 0.1}}
+    at, problem = _recorded_variances({"probe_by_arm": fitted}, "probe_by_arm", names, "values.m")
+    assert at is None and problem is not None
+    assert 'values.m.probe_by_arm.variances.group_by_arm recorded "x"' in problem, problem
+    at, problem = _recorded_variances(
+        {"probe_by_arm": {"fitted": True}}, "probe_by_arm", names, "values.m"
+    )
+    assert at is None and problem is not None
+    assert "values.m.probe_by_arm.variances missing" in problem, problem
+    # not fitted, or not recorded at all: compared as such, nothing to check
+    for rec in ({"probe_by_arm": {"fitted": False, "reason": "r"}}, {}, None):
+        assert _recorded_variances(rec, "probe_by_arm", names, "values.m") == (None, None)
+    fitted["variances"]["group_by_arm"] = 0
+    assert _recorded_variances({"probe_by_arm": fitted}, "probe_by_arm", names, "values.m") == (
+        [0.01, 0.0, 0.1],
+        None,
+    )
+
+
+def _drop(*path: str) -> Any:
+    def edit(values: dict[str, Any]) -> None:
+        for key in path[:-1]:
+            values = values[key]
+        del values[path[-1]]
+
+    return edit
+
+
+def _set(value: Any, *path: str) -> Any:
+    def edit(values: dict[str, Any]) -> None:
+        for key in path[:-1]:
+            values = values[key]
+        values[path[-1]] = value
+
+    return edit
+
+
+UNREADABLE = [
+    pytest.param(
+        "model.lmm", _drop("group_variance"), "values.group_variance missing", id="lmm-removed"
+    ),
+    pytest.param(
+        "model.lmm",
+        _set("0.08", "residual_variance"),
+        'values.residual_variance recorded "0.08"',
+        id="lmm-string",
+        marks=SLOW,
+    ),
+    pytest.param(
+        "sensitivity.lmm",
+        _drop("models", "probe_by_arm", "variances"),
+        "values.models.probe_by_arm.variances missing",
+        id="sensitivity-removed",
+        marks=SLOW,
+    ),
+    pytest.param(
+        "sensitivity.lmm",
+        _set(None, "models", "probe_by_arm_arm_residual", "variances", "group"),
+        "values.models.probe_by_arm_arm_residual.variances.group recorded null",
+        id="sensitivity-null",
+        marks=SLOW,
+    ),
+]
+
+
+@pytest.mark.parametrize(("result_id", "edit", "named"), UNREADABLE)
+def test_unreadable_recorded_variances_resigned_fail_naming_the_place(
+    copy_: Path, result_id: str, edit: Any, named: str
+) -> None:
+    seq = _edit_result(copy_, result_id, edit)
+    report, check = _reanalysis(copy_)
+    assert report.get("signatures").status is Status.PASS
+    assert check.status is Status.FAIL
+    assert check.reason.startswith(f"{result_id} values: the recorded variance components")
+    assert named in check.reason, check.reason
+    assert "does not fit its own" in check.reason, check.reason
+    assert (check.where, check.seq) == (result_id, seq)

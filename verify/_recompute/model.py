@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from verify import _restats as st
+from verify._recompute.compare import _fmt
 from verify._recompute.dataset import _Dataset
 from verify._recompute.results import _guard, _Result
 
@@ -20,19 +21,53 @@ def _reference(plan: dict[str, Any]) -> str:
     return full[0] if full else min(arms)
 
 
+def _finite_number(value: Any) -> bool:
+    """A JSON number that is finite (RFC 8785 writes a float with no fraction as an integer)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def unreadable_variances(recorded: dict[str, Any], keys: list[str], path: str) -> str | None:
+    """Why the recorded variance components ``keys`` of ``recorded`` cannot be read, or None.
+
+    A fitted model records each as a finite number; the verifier checks that point to be a
+    REML maximum of its own likelihood and evaluates the model there (statistics.md, "the
+    verifier's check of a mixed model"). It never fits its own in place of a point that is
+    missing or garbled: the archive omitted what it must record, and that is a FAIL naming
+    ``path.<key>`` for each.
+    """
+    bad = [
+        f"{path}.{k} " + ("missing" if k not in recorded else f"recorded {_fmt(recorded[k])}")
+        for k in keys
+        if not _finite_number(recorded.get(k))
+    ]
+    if not bad:
+        return None
+    return (
+        f"the recorded variance components cannot be read ({'; '.join(bad)}; each must be a "
+        "finite number): the verifier checks the recorded point, it does not fit its own in "
+        "its place"
+    )
+
+
 def _recorded_point(
-    recorded: dict[str, Any] | None,
-) -> tuple[tuple[float, float] | None, list[str]]:
-    """The recorded ``(σ²_g, σ²_e)`` and optimiser warnings of a mixed-model result, if usable."""
-    if not isinstance(recorded, dict):
-        return None, []
-    g, e = recorded.get("group_variance"), recorded.get("residual_variance")
+    recorded: Any, path: str = "values"
+) -> tuple[tuple[float, float] | None, list[str], str | None]:
+    """The recorded ``(σ²_g, σ²_e)`` of a mixed-model result, its warnings, and any problem.
+
+    Nothing recorded to check (no result, a failed one: ``{}``, or a not applicable one:
+    only ``reason``) gives no point and no problem: the verifier's own optimum decides the
+    status, which is compared. A result that records a fit must record both variances as
+    finite numbers, else the problem (:func:`unreadable_variances`).
+    """
+    if not isinstance(recorded, dict) or not set(recorded) - {"reason"}:
+        return None, [], None
     warned = recorded.get("warnings")
     texts = [w for w in warned if isinstance(w, str)] if isinstance(warned, list) else []
-    ok = all(
-        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in (g, e)
-    )
-    return ((float(g), float(e)) if ok else None), texts  # type: ignore[arg-type]
+    keys = ["group_variance", "residual_variance"]
+    problem = unreadable_variances(recorded, keys, path)
+    if problem is not None:
+        return None, texts, problem
+    return (float(recorded[keys[0]]), float(recorded[keys[1]])), texts, None
 
 
 def _groups(ds: _Dataset, t: list[dict[str, Any]], group: str) -> list[Any]:
@@ -73,15 +108,19 @@ def _model(
     plan: dict[str, Any],
     interaction: bool = False,
     recorded: dict[str, Any] | None = None,
+    path: str = "values",
 ) -> tuple[_Result, dict[str, Any] | None]:
     """``model.lmm`` (analysis.md §3-4): arm, and the model as a factor with several models.
 
     ``interaction`` gives ``exploratory.arm_by_model`` instead: the arm x model cells too, with
     the joint Wald test of those cells. ``recorded`` is the recorded result's ``values``: its
     variance components are checked to be a REML maximum and everything else is evaluated
-    there (statistics.md, "the verifier's check of a mixed model").
+    there (statistics.md, "the verifier's check of a mixed model"); variances it cannot read
+    are the result's ``_reml_problem`` (a FAIL naming ``path.<member>``), never replaced by the
+    verifier's own fit. ``path`` is where ``recorded`` sits in the result (``values``, or
+    ``values.subset_model`` for a hypothesis's own model).
     """
-    at, recorded_warnings = _recorded_point(recorded)
+    at, recorded_warnings, unreadable = _recorded_point(recorded, path)
     group = str((plan.get("analysis") or {}).get("random_intercept", "stimulus"))
     reference = _reference(plan)
     holder: list[dict[str, Any]] = []
@@ -112,6 +151,8 @@ def _model(
             _group_col=group,
             _models=[str(r["model"]) for r in t],
         )
+        if unreadable is not None:
+            fit["_reml_problem"] = unreadable
         holder.append(fit)
         return _model_values(fit, group, ref, interaction)
 

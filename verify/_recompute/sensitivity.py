@@ -14,8 +14,9 @@ from scipy import stats as sps
 
 from verify import _restats as st
 from verify import _statistics as registry
+from verify._recompute.compare import _fmt
 from verify._recompute.dataset import _Dataset
-from verify._recompute.model import _model
+from verify._recompute.model import _model, unreadable_variances
 from verify._recompute.results import _guard, _obj_of, _Result
 from verify._reml import RemlModel, check_point
 
@@ -135,27 +136,42 @@ def _cluster_bootstrap(
     return boot
 
 
-def _recorded_variances(rec_models: Any, name: str, names: list[str]) -> list[float] | None:
-    """A recorded sensitivity model's variance components, if every one is a finite number.
+def _recorded_variances(
+    rec_models: Any, name: str, names: list[str], where: str
+) -> tuple[list[float] | None, str | None]:
+    """A recorded sensitivity model's variance components, and why they cannot be read.
 
-    An integer counts: RFC 8785 JSON writes a float with no fraction as one, so a variance on
-    the boundary (exactly 0) reads back as ``0``, not ``0.0``.
+    Nothing recorded to check (no such model, or one recorded as not fitted: compared as
+    such) gives ``(None, None)``; a model recorded as fitted must record every variance as a
+    finite number, else ``(None, problem)`` naming ``<where>.<name>.variances.<v>`` of each
+    (the verifier does not fit its own in place of a point it cannot read). An integer counts:
+    RFC 8785 JSON writes a float with no fraction as one, so a variance on the boundary
+    (exactly 0) reads back as ``0``, not ``0.0``.
     """
-    got = (rec_models or {}).get(name) if isinstance(rec_models, dict) else None
-    variances = got.get("variances") if isinstance(got, dict) else None
-    at = [variances.get(n) for n in names] if isinstance(variances, dict) else None
-    if at is None or not all(
-        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in at
-    ):
-        return None
-    return [float(v) for v in at if v is not None]
+    got = rec_models.get(name) if isinstance(rec_models, dict) else None
+    if not isinstance(got, dict) or got.get("fitted") is not True:
+        return None, None
+    variances = got.get("variances")
+    if not isinstance(variances, dict):
+        return None, (
+            f"the recorded variance components cannot be read ({where}.{name}.variances "
+            f"{'missing' if 'variances' not in got else 'recorded ' + _fmt(variances)}, "
+            "an object of finite numbers for a fitted model): the verifier checks the recorded "
+            "point, it does not fit its own in its place"
+        )
+    problem = unreadable_variances(variances, names, f"{where}.{name}.variances")
+    if problem is not None:
+        return None, problem
+    return [float(variances[n]) for n in names], None
 
 
 class _Block:
     """The sensitivity models of one registered fit (the whole data's, or a subset's)."""
 
-    def __init__(self, fit: dict[str, Any]) -> None:
+    def __init__(self, fit: dict[str, Any], where: str) -> None:
         self.fit = fit
+        self.where = where
+        """Where the recorded models sit in the result (``values.models`` or a subset row's)."""
         self.y = np.asarray(fit["_y"], dtype=np.float64)
         self.arm, self.groups = list(fit["_arm"]), list(fit["_groups"])
         self.others = list(fit["arms"][1:])
@@ -219,7 +235,9 @@ class _Block:
             [f"residual[{c}]" for c in sorted(set(self.arm))] if per_arm else ["residual"]
         )
         model = RemlModel(self.y, self.exog, self.groups, [self.groups, self.cells], classes)
-        at = _recorded_variances(rec_models, name, names)
+        at, unreadable = _recorded_variances(rec_models, name, names, self.where)
+        if unreadable is not None:
+            self.problems.append(unreadable)
         if at is not None:
             point, problem = check_point(model, at)
             if problem is not None:
@@ -283,9 +301,13 @@ def _block(
     by_id: dict[str | None, _Result],
     suffix: str,
     design: dict[str, Any],
+    where: str = "values.models",
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
-    """(models, contrast rows, REML problems) of one registered fit."""
-    block = _Block(fit)
+    """(models, contrast rows, REML problems) of one registered fit.
+
+    ``where`` is where ``rec_models`` sits in the recorded result, for the messages.
+    """
+    block = _Block(fit, where)
     block.fit_models(rec_models)
     rows = [block.row(h, by_id.get(h["id"] + suffix), suffix, design) for h in hyps]
     return block.models, rows, block.problems
@@ -321,7 +343,13 @@ def _subset_row(
         return {"hypothesis": h["id"] + suffix, "stimuli": list(h["stimuli"]), "error": None}, []
     rec_row = _recorded_row(rec_rows, h["id"] + suffix)
     sub_models, rows, sub_problems = _block(
-        sub_fit, [h], rec_row.get("subset_models"), by_id, suffix, plan["design"]
+        sub_fit,
+        [h],
+        rec_row.get("subset_models"),
+        by_id,
+        suffix,
+        plan["design"],
+        f"values.contrasts[{h['id'] + suffix}].subset_models",
     )
     rows[0]["stimuli"] = list(h["stimuli"])
     rows[0]["subset_models"] = sub_models

@@ -21,7 +21,9 @@ def _subset_fit(case: Case) -> tuple[dict[str, Any], dict[str, Any]]:
         **plan,
         "analysis": {k: v for k, v in (plan.get("analysis") or {}).items() if k != "model_arms"},
     }
-    result, model = _model(case.ds, sub_plan, recorded=case.recorded_subset)
+    result, model = _model(
+        case.ds, sub_plan, recorded=case.recorded_subset, path="values.subset_model"
+    )
     if model is None:
         raise st.StatError("the subset's mixed model could not be fitted")
     sub = {k: result.values.get(k) for k in SUBSET_MODEL_KEYS}
