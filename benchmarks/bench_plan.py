@@ -25,7 +25,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +62,10 @@ def make_study(root: Path, replicates: int, sensitivity: bool) -> Path:
     return root
 
 
-def limit(root: Path, studies: int) -> float:
-    """CPU seconds to draw every simulated study's trials and build its dataset (§2)."""
+def _drawer(root: Path) -> Callable[[int], Iterator[tuple[Any, Any]]]:
+    """The template's simulated studies as ``ledger plan`` draws them: the study is loaded
+    here, once, and the returned function yields ``(protocol, dataset)`` for each of its
+    ``studies`` (the first scenario, the plan's seed), so only the draws are timed."""
     import numpy as np
 
     from analysis import _plan as plan
@@ -78,36 +80,33 @@ def limit(root: Path, studies: int) -> float:
     design = plan._design(plan._trial_ids(study, plan._settings(spec, study)[0]))
     scenario = spec.scenarios[0]
 
-    def draw() -> None:
+    def draws(studies: int) -> Iterator[tuple[Any, Any]]:
         for k in range(studies):
             rng = np.random.default_rng([int(spec.seed), 0, 0, k])
             frame, _, _ = plan.simulate_trials(scenario, design, stimuli, rng)
-            plan._simulated_dataset(protocol, frame)
+            yield protocol, plan._simulated_dataset(protocol, frame)
+
+    return draws
+
+
+def limit(root: Path, studies: int) -> float:
+    """CPU seconds to draw every simulated study's trials and build its dataset (§2)."""
+    draws = _drawer(root)
+
+    def draw() -> None:
+        for _ in draws(studies):
+            pass
 
     return _timed(draw)[1]
 
 
 def cold_fits(root: Path, studies: int) -> tuple[float, int]:
     """CPU seconds of ``sensitivity.lmm`` as ``ledger analyze`` runs it (no warm starts)."""
-    import numpy as np
-
     from analysis import _analyze as an
-    from analysis import _plan as plan
-    from runner import plan_stimuli, protocol_body
-    from runner.spec import load_study
 
-    study = load_study(root)
-    spec = study.plan
-    assert spec is not None
-    protocol = protocol_body(study, b"\0" * 32, study.trial_ids())
-    stimuli = plan_stimuli(study)
-    design = plan._design(plan._trial_ids(study, plan._settings(spec, study)[0]))
-    scenario = spec.scenarios[0]
+    draws = _drawer(root)
     total, fits = 0.0, 0
-    for k in range(studies):
-        rng = np.random.default_rng([int(spec.seed), 0, 0, k])
-        frame, _, _ = plan.simulate_trials(scenario, design, stimuli, rng)
-        ds = plan._simulated_dataset(protocol, frame)
+    for protocol, ds in draws(studies):
         _, fit = an.fit_model(ds, protocol)
         tested = an.hypothesis_results(ds, protocol, fit)
         cpu = time.process_time()
