@@ -1662,6 +1662,7 @@ def sensitivity_lmm(
     tested: list[Result],
     model: str | None = None,
     starts: Callable[[str, list[str]], Sequence[float] | None] | None = None,
+    exact: bool = False,
 ) -> Result | None:
     """``sensitivity.lmm``: the registered mixed model's contrasts under other assumptions.
 
@@ -1672,6 +1673,8 @@ def sensitivity_lmm(
     rows are the ``<id>@<model>`` hypotheses (:func:`sensitivity_per_model`).
     ``starts(model name, variance names)`` gives warm starts for the REML fits (``ledger
     plan`` only: :func:`analysis._sensitivity.fit_reml`'s ``warm``); the analysis passes none.
+    ``exact`` (``ledger plan`` only): the fits' Newton steps use the observed Hessian in closed
+    form (:func:`analysis._sensitivity.fit_reml`'s ``exact``).
     """
     from analysis import _sensitivity as sens
 
@@ -1766,6 +1769,7 @@ def sensitivity_lmm(
                     names,
                     label=f"sensitivity model {name}",
                     warm=starts(name, names) if starts is not None else None,
+                    exact=exact,
                 )
             except (ValueError, np.linalg.LinAlgError) as exc:
                 models[name] = {"fitted": False, "reason": f"the REML fit failed: {exc}"}

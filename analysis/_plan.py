@@ -316,7 +316,7 @@ def _analyse_one(
         out["hypotheses"][h["id"]] = _hypothesis_row(h, r, truth)
     if spec.sensitivity and any(statistics.is_mixed_model(h) for h in plan["hypotheses"]):
         items = float(np.mean([stimuli[s]["items"] for s in analysed_ids]))
-        sens = an.sensitivity_lmm(ds, plan, fit, tested, starts=_starts(sc, items))
+        sens = an.sensitivity_lmm(ds, plan, fit, tested, starts=_starts(sc, items), exact=True)
         for c in ((sens.values or {}).get("contrasts") or []) if sens is not None else []:
             out["sensitivity"][str(c.get("hypothesis"))] = _sensitivity_row(c)
     return out

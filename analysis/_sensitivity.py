@@ -40,6 +40,7 @@ __all__ = [
     "fit_at",
     "fit_reml",
     "group_differences",
+    "log_derivatives",
     "log_score_hessian",
     "not_fittable",
     "one_blas_thread",
@@ -178,6 +179,7 @@ class _Blocks:
         self._loglik_memo: dict[bytes, float] = {}
         self._score_memo: dict[bytes, Floats] = {}
         self._info_memo: dict[tuple[bytes, tuple[int, ...]], Floats] = {}
+        self._derivatives_memo: dict[bytes, tuple[Floats, Floats, Floats]] = {}
 
     def _by_phi(self, phi: Floats) -> tuple[Any, ...]:
         """What :meth:`parts` needs of the residual variances alone, computed once per ``phi``.
@@ -413,6 +415,92 @@ class _Blocks:
                 info[ii, kk] = info[kk, ii] = val
         return info
 
+    def derivatives(self, theta: Floats) -> tuple[Floats, Floats, Floats]:
+        """Score, expected information and observed Hessian of ``l_R`` in ``θ``, every parameter.
+
+        ``ledger plan``'s fits only (``docs/planning.md`` §3); ``ledger analyze`` keeps
+        :meth:`score`, :meth:`information` and :func:`log_score_hessian`. One pass, in closed
+        form: with ``V`` linear in ``θ`` (``V_i = ∂V/∂θ_i``, ``P = V⁻¹ − V⁻¹XCXᵀV⁻¹``,
+        ``e* = Py``), ``∂l_R/∂θ_i = −½·tr(P·V_i) + ½·e*ᵀV_ie*``, the expected information
+        ``I_ij = ½·tr(P·V_i·P·V_j)`` and the observed Hessian
+        ``∂²l_R/∂θ_i∂θ_j = I_ij − (V_ie*)ᵀP(V_je*)``. Every piece is a block of
+        ``ŨᵀV_iŨ`` or ``ŨᵀV_iV⁻¹V_jŨ`` with ``Ũ = V⁻¹[X | e]``, ``e = y − Xβ̂`` (the design
+        with the residual as one more column), from the per-group blocks as in
+        :meth:`information`. Remembered per ``theta``; the arrays returned are copies.
+        """
+        key = theta.tobytes()
+        got = self._derivatives_memo.get(key)
+        if got is None:
+            got = self._derivatives(theta)
+            _remember(self._derivatives_memo, key, got, self._memo_size)
+        return got[0].copy(), got[1].copy(), got[2].copy()
+
+    def _derivatives(self, theta: Floats) -> tuple[Floats, Floats, Floats]:
+        got = self.parts(theta)
+        if got is None:
+            raise ValueError("the REML likelihood is undefined at these variances")
+        _, a, b, _, (w, s, _, kmat, _) = got
+        p, k = self.p, self.k
+        cmat = np.asarray(np.linalg.inv(a), dtype=np.float64)
+        beta = cmat @ b
+        # the design with the residual e = y − Xβ̂ as column p: its per-class blocks
+        zxt = np.concatenate([self.zx, (self.zy - self.zx @ beta)[..., None]], axis=-1)
+        xde = self.xy - self.xx @ beta
+        ede = self.yy - 2 * (self.xy @ beta) + np.einsum("p,rpq,q->r", beta, self.xx, beta)
+        r = self.yy.size
+        xxt = np.zeros((r, p + 1, p + 1))
+        xxt[:, :p, :p], xxt[:, :p, p], xxt[:, p, :p], xxt[:, p, p] = self.xx, xde, xde, ede
+        w2 = w * w
+        zwxt = np.einsum("r,rgap->gap", w, zxt)  # ZᵀWX̃
+        at = kmat @ zwxt  # Ã = K·ZᵀWX̃ (V⁻¹X̃ = W·(X̃ − Z·Ã))
+        bzt = zwxt - s @ at  # ZᵀV⁻¹X̃
+        qmat = s - s @ kmat @ s  # ZᵀV⁻¹Z
+        tmat = self._eye - kmat @ s  # V⁻¹Z = W·Z·T
+        zdy = zxt - self.zz @ at  # ZᵀD_rỸ, Ỹ = X̃ − Z·Ã
+        zxa = np.einsum("rgap,gaq->rpq", zxt, at)
+        ydy = xxt - zxa - zxa.transpose(0, 2, 1) + np.einsum("gap,rgab,gbq->rpq", at, self.zz, at)
+        mb = self.masks[..., None] * bzt  # (k, g, q, p + 1): M_k·ZᵀŨ
+        # H_i = ŨᵀV_iŨ
+        hmat = np.concatenate(
+            [np.einsum("kgap,kgaq->kpq", mb, mb), w2[:, None, None] * ydy], axis=0
+        )
+        # G_ij = ŨᵀV_iV⁻¹V_jŨ
+        m = k + r
+        gmat = np.zeros((m, m, p + 1, p + 1))
+        gmat[:k, :k] = np.einsum("kgap,gab,lgbq->klpq", mb, qmat, mb)
+        tmb = np.einsum("gab,lgbq->lgaq", tmat, mb)
+        g_rt = w2[:, None, None, None] * np.einsum("rgap,lgaq->rlpq", zdy, tmb)
+        gmat[k:, :k] = g_rt
+        gmat[:k, k:] = g_rt.transpose(1, 0, 3, 2)
+        kzdy = np.einsum("gab,sgbq->sgaq", kmat, zdy)
+        g_rs = -np.einsum("r,s,rgap,sgaq->rspq", w2, w2, zdy, kzdy)
+        g_rs[np.arange(r), np.arange(r)] += (w2 * w)[:, None, None] * ydy
+        gmat[k:, k:] = g_rs
+        # tr(V⁻¹V_iV⁻¹V_j) and tr(V⁻¹V_i)
+        tau = np.zeros((m, m))
+        tau[:k, :k] = np.einsum("kga,gab,lgb->kl", self.masks, qmat * qmat, self.masks)
+        tst = np.einsum("gba,rgbc,gca->rga", tmat, self.zz, tmat)
+        t_rt = w2[:, None] * np.einsum("tga,rga->rt", self.masks, tst)
+        tau[k:, :k], tau[:k, k:] = t_rt, t_rt.T
+        kz = np.einsum("gab,rgbc->rgac", kmat, self.zz)
+        tr_kz = np.einsum("rgaa->r", kz)
+        tau[k:, k:] = np.outer(w2, w2) * np.einsum("rgac,sgca->rs", kz, kz)
+        tau[k:, k:] += np.diag(self.nr * w2 - 2 * w2 * w * tr_kz)
+        trace_v = np.concatenate(
+            [np.einsum("kga,gaa->k", self.masks, qmat), w * self.nr - w2 * tr_kz]
+        )
+        bmat, u, quad = hmat[:, :p, :p], hmat[:, :p, p], hmat[:, p, p]
+        cb = cmat @ bmat
+        score = -0.5 * (trace_v - np.einsum("ipp->i", cb)) + 0.5 * quad
+        info = 0.5 * (
+            tau
+            - 2 * np.einsum("pq,ijqp->ij", cmat, gmat[:, :, :p, :p])
+            + np.einsum("ipq,jqp->ij", cb, cb)
+        )
+        info = (info + info.T) / 2
+        hess = info - (gmat[:, :, p, p] - u @ cmat @ u.T)
+        return score, info, (hess + hess.T) / 2
+
 
 def design_matrix(
     arms: Sequence[str], others: Sequence[str], models: Sequence[str], model_reference: str | None
@@ -517,6 +605,7 @@ def fit_reml(
     *,
     label: str = "the REML model",
     warm: Sequence[float] | None = None,
+    exact: bool = False,
 ) -> RemlFit:
     """Maximise the REML likelihood: three starts, L-BFGS-B, then Newton steps to the maximum.
 
@@ -531,7 +620,10 @@ def fit_reml(
     ``warm`` (``ledger plan`` only, ``docs/planning.md`` §3): Newton steps from these
     variances first (each at least ``10⁻⁴·var(y)``); when they reach a point that passes
     :func:`check_maximum`, it is the answer and the three starts are skipped. The analysis
-    never passes it.
+    never passes it. ``exact`` (``ledger plan`` only): every Newton step and the convergence
+    check use the observed Hessian in closed form (:meth:`_Blocks.derivatives`) instead of the
+    central difference of the score (the same maximum, reached by other steps: the last
+    digits differ).
 
     The fit runs with one BLAS thread (:func:`one_blas_thread`): its matrices are a few
     rows wide, and a second thread only spins (L-BFGS-B's tripled its CPU time). The
@@ -539,7 +631,7 @@ def fit_reml(
     changes.
     """
     with one_blas_thread():
-        return _fit_reml(y, exog, groups, terms, classes, names, label, warm)
+        return _fit_reml(y, exog, groups, terms, classes, names, label, warm, exact)
 
 
 _CONTROLLER: list[ThreadpoolController] = []
@@ -561,6 +653,7 @@ def _fit_reml(
     names: list[str],
     label: str,
     warm: Sequence[float] | None,
+    exact: bool = False,
 ) -> RemlFit:
     model = _Blocks(y, exog, groups, terms, classes)
     k, r = model.k, len(model.class_labels)
@@ -569,9 +662,11 @@ def _fit_reml(
     best = -math.inf
     theta0: Floats | None = None
     if warm is not None:
-        theta0 = polish(model, np.maximum(np.asarray(warm, dtype=np.float64), 1e-4 * v))
+        theta0 = polish(
+            model, np.maximum(np.asarray(warm, dtype=np.float64), 1e-4 * v), exact=exact
+        )
         try:
-            check_maximum(model, theta0, names, label)
+            check_maximum(model, theta0, names, label, exact=exact)
         except RemlConvergenceError:
             pass
         else:
@@ -579,7 +674,7 @@ def _fit_reml(
     searched = best_theta is None
     for share in (0.1, 0.5, 0.9) if searched else ():
         start = np.concatenate([np.full(k, share * v / max(k, 1)), np.full(r, (1 - share) * v)])
-        theta = _climb(model, start)
+        theta = _climb(model, start, exact)
         ll = model.loglik(theta)
         if ll > best:
             best, best_theta = ll, theta
@@ -587,18 +682,18 @@ def _fit_reml(
         # the likelihood can have several maxima (docs/statistics.md, "several maxima"): the
         # scan's starts and the boundary replace the shares' best only by a real gain
         for start in scan_starts(model):
-            theta = _climb(model, start)
+            theta = _climb(model, start, exact)
             ll = model.loglik(theta)
             if math.isfinite(ll) and ll > best + DECREMENT_TOL:
                 best, best_theta = ll, theta
         if best_theta is not None:
-            better = _boundary_candidate(model, best_theta, best)
+            better = _boundary_candidate(model, best_theta, best, exact)
             if better is not None:
                 best_theta, best = better
     if best_theta is None or not math.isfinite(best):
         raise ValueError("the REML likelihood has no finite maximum")
     if warm is None or best_theta is not theta0:  # a kept warm start was checked above
-        check_maximum(model, best_theta, names, label)
+        check_maximum(model, best_theta, names, label, exact=exact)
     got = model.parts(best_theta)
     assert got is not None
     a = got[1]
@@ -616,7 +711,7 @@ SCAN_STARTS = 3
 """At most this many of the scan's local maxima are climbed, the most likely first."""
 
 
-def _climb(model: _Blocks, start: Floats) -> Floats:
+def _climb(model: _Blocks, start: Floats, exact: bool = False) -> Floats:
     """L-BFGS-B in ``s`` (``θ = s²``) from ``start``, then :func:`polish`."""
 
     def neg(s: Floats) -> float:
@@ -629,7 +724,7 @@ def _climb(model: _Blocks, start: Floats) -> Floats:
         method="L-BFGS-B",
         options={"maxiter": 500, "ftol": 1e-10, "gtol": 1e-7},
     )
-    return polish(model, np.asarray(res.x) ** 2)
+    return polish(model, np.asarray(res.x) ** 2, exact=exact)
 
 
 def _residuals_alone(model: _Blocks) -> Floats:
@@ -687,7 +782,9 @@ def scan_starts(model: _Blocks) -> list[Floats]:
     return [np.concatenate([levels[list(idx)], phi]) for _, idx in peaks[:SCAN_STARTS]]
 
 
-def _boundary_candidate(model: _Blocks, theta: Floats, best: float) -> tuple[Floats, float] | None:
+def _boundary_candidate(
+    model: _Blocks, theta: Floats, best: float, exact: bool = False
+) -> tuple[Floats, float] | None:
     """A more likely point with random-effect variances at exactly 0, or ``None``.
 
     :func:`polish` approaches a maximum on the boundary without reaching it, and an interior
@@ -703,7 +800,7 @@ def _boundary_candidate(model: _Blocks, theta: Floats, best: float) -> tuple[Flo
     for subset in subsets:
         start = theta.copy()
         start[subset] = 0.0
-        cand = polish(model, start)
+        cand = polish(model, start, exact=exact)
         ll = model.loglik(cand)
         if math.isfinite(ll) and ll > (best if found is None else found[1]) + DECREMENT_TOL:
             found = (cand, ll)
@@ -782,6 +879,38 @@ def log_score_hessian(model: _Blocks, theta: Floats, free: list[int]) -> tuple[F
     return grad, (hess + hess.T) / 2
 
 
+def log_derivatives(model: _Blocks, theta: Floats, free: list[int]) -> tuple[Floats, Floats]:
+    """Score and observed Hessian of ``l_R`` in ``log θ`` of the ``free`` parameters.
+
+    In closed form (:meth:`_Blocks.derivatives`): ``θ_iθ_j·∂²l_R/∂θ_i∂θ_j + δ_ij·θ_i·∂l_R/∂θ_i``.
+    ``ledger plan``'s fits (``exact=True``); the analysis keeps :func:`log_score_hessian`.
+    """
+    score, _, hess = model.derivatives(theta)
+    t = theta[free]
+    grad = score[free] * t
+    out = hess[np.ix_(free, free)] * np.outer(t, t) + np.diag(grad)
+    return grad, (out + out.T) / 2
+
+
+def _grad_hess(
+    model: _Blocks, theta: Floats, free: list[int], exact: bool
+) -> tuple[Floats, Floats]:
+    """:func:`log_derivatives` when ``exact``, else :func:`log_score_hessian`."""
+    if exact:
+        return log_derivatives(model, theta, free)
+    return log_score_hessian(model, theta, free)
+
+
+def _score_info(
+    model: _Blocks, theta: Floats, free: list[int], exact: bool
+) -> tuple[Floats, Floats]:
+    """The score in ``θ`` (every parameter) and the expected information over ``free``."""
+    if exact:
+        score, info, _ = model.derivatives(theta)
+        return score, info[np.ix_(free, free)]
+    return model.score(theta), model.information(theta, free)
+
+
 def _decrement(grad: Floats, hess: Floats) -> tuple[float, Floats | None]:
     """``(½·gᵀ(−H)⁻¹g, (−H)⁻¹g)``; ``(inf, None)`` when ``−H`` is not positive definite."""
     try:
@@ -792,7 +921,9 @@ def _decrement(grad: Floats, hess: Floats) -> tuple[float, Floats | None]:
     return 0.5 * float(grad @ step), step
 
 
-def _boundary_gain(model: _Blocks, theta: Floats, free: list[int]) -> tuple[int, float] | None:
+def _boundary_gain(
+    model: _Blocks, theta: Floats, free: list[int], exact: bool = False
+) -> tuple[int, float] | None:
     """The parameter on the boundary whose first-order gain ``½·g²/I`` off it is largest.
 
     ``g`` the score in ``θ`` (positive: the likelihood grows off the boundary), ``I`` the
@@ -801,15 +932,14 @@ def _boundary_gain(model: _Blocks, theta: Floats, free: list[int]) -> tuple[int,
     bound = [i for i in range(theta.size) if i not in free]
     if not bound:
         return None
-    score = model.score(theta)
-    info = model.information(theta, list(range(theta.size)))
+    score, info = _score_info(model, theta, list(range(theta.size)), exact)
     gains = [
         (i, 0.5 * score[i] ** 2 / info[i, i]) for i in bound if score[i] > 0 and info[i, i] > 0
     ]
     return max(gains, key=lambda x: x[1]) if gains else None
 
 
-def polish(model: _Blocks, theta: Floats) -> Floats:
+def polish(model: _Blocks, theta: Floats, *, exact: bool = False) -> Floats:
     """Newton steps in ``log θ`` on the exact score to the REML maximum near ``theta``.
 
     A parameter on the boundary (``≤ BOUNDARY_FRACTION × var(y)``) whose score in ``θ`` is
@@ -817,26 +947,28 @@ def polish(model: _Blocks, theta: Floats) -> Floats:
     observed information is not positive definite the step is Fisher scoring's (the expected
     information, always positive definite). Steps are halved until ``l_R`` grows and capped at
     a factor ``e²`` per parameter; the loop ends when the Newton decrement is below
-    :data:`POLISH_TOL`, when no step gains, or after 100 steps.
+    :data:`POLISH_TOL`, when no step gains, or after 100 steps. ``exact`` (``ledger plan``):
+    the observed Hessian in closed form (:func:`log_derivatives`) instead of the central
+    difference of the score.
     """
     theta = np.asarray(theta, dtype=np.float64).copy()
     floor = BOUNDARY_FRACTION * (model.var if model.var > 0 else 1.0)
     for _ in range(100):
         free = _free(model, theta)
-        off = _boundary_gain(model, theta, free)
+        off = _boundary_gain(model, theta, free, exact)
         if off is not None and off[1] > POLISH_TOL:
             i = off[0]
-            info = model.information(theta, [i])[0, 0]
-            theta[i] = max(float(model.score(theta)[i] / info), 10 * floor)
+            score_i, info = _score_info(model, theta, [i], exact)
+            theta[i] = max(float(score_i[i] / info[0, 0]), 10 * floor)
             continue
         if not free:
             return theta
-        grad, hess = log_score_hessian(model, theta, free)
+        grad, hess = _grad_hess(model, theta, free, exact)
         decrement, newton = _decrement(grad, hess)
         if newton is not None:
             step = newton
         else:
-            fisher = model.information(theta, free) * np.outer(theta[free], theta[free])
+            fisher = _score_info(model, theta, free, exact)[1] * np.outer(theta[free], theta[free])
             try:
                 step = np.asarray(np.linalg.solve(fisher, grad), dtype=np.float64)
             except np.linalg.LinAlgError:
@@ -857,18 +989,21 @@ def polish(model: _Blocks, theta: Floats) -> Floats:
     return theta
 
 
-def check_maximum(model: _Blocks, theta: Floats, names: Sequence[str], label: str) -> None:
+def check_maximum(
+    model: _Blocks, theta: Floats, names: Sequence[str], label: str, *, exact: bool = False
+) -> None:
     """Raise :class:`RemlConvergenceError` unless ``theta`` is the REML maximum.
 
     The parameters above the boundary must have a negative definite observed Hessian (in
     ``log θ``) and a Newton decrement ``½·gᵀ(−H)⁻¹g ≤`` :data:`DECREMENT_TOL`; a parameter on
     the boundary must not gain more than that by leaving it (``½·g²/I``, ``g > 0`` its score in
-    ``θ``). The message names ``label``, the decrement and the parameters.
+    ``θ``). The message names ``label``, the decrement and the parameters. ``exact``: the
+    Hessian, score and information of :meth:`_Blocks.derivatives` (``ledger plan``).
     """
     free = _free(model, theta)
     values = ", ".join(f"{n} {float(v):.6g}" for n, v in zip(names, theta, strict=True))
     if free:
-        grad, hess = log_score_hessian(model, theta, free)
+        grad, hess = _grad_hess(model, theta, free, exact)
         decrement, _ = _decrement(grad, hess)
         if not math.isfinite(decrement):
             raise RemlConvergenceError(
@@ -882,7 +1017,7 @@ def check_maximum(model: _Blocks, theta: Floats, names: Sequence[str], label: st
                 + ", ".join(f"{float(g):.3g}" for g in grad)
                 + "); not recorded"
             )
-    off = _boundary_gain(model, theta, free)
+    off = _boundary_gain(model, theta, free, exact)
     if off is not None and off[1] > DECREMENT_TOL:
         raise RemlConvergenceError(
             f"{label}: the variances ({values}) are not a REML maximum: {names[off[0]]} on the "

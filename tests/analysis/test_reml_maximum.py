@@ -132,6 +132,35 @@ def test_polish_reaches_the_maximum_from_a_point_an_optimiser_left_short() -> No
     assert _agreement(verifier, polished, verifier.maximise()) <= AGREEMENT
 
 
+@pytest.mark.parametrize("per_arm", [False, True])
+def test_the_plans_closed_form_hessian_climbs_to_the_same_maximum(per_arm: bool) -> None:
+    """``ledger plan``'s fits (``exact=True``, ``docs/planning.md`` §3): the closed-form
+    observed Hessian is the derivative of the exact score, and its Newton steps reach the
+    maximum the analysis's fit reaches, which the verifier accepts."""
+    d = _data(5)
+    classes = d["arm"] if per_arm else [""] * len(d["arm"])
+    names = ["group", "group_by_arm"] + (
+        ["residual[A]", "residual[B]", "residual[C]"] if per_arm else ["residual"]
+    )
+    args = (d["y"], d["x"], d["g"], [d["g"], d["cell"]], classes, names)
+    analysed = sens.fit_reml(*args)
+    planned = sens.fit_reml(*args, exact=True)
+    free = list(range(len(names)))
+    theta = analysed.params * 1.2
+    grad, hess = sens.log_derivatives(planned.model, theta, free)
+    for i in free:  # row i of the Hessian: the derivative of the score's i-th entry
+
+        def score_i(t: np.ndarray, i: int = i) -> float:
+            return float(planned.model.score(t)[i] * t[i])
+
+        assert hess[i] == pytest.approx(_log_derivative(score_i, theta), rel=1e-6, abs=1e-6)
+    assert grad == pytest.approx(planned.model.score(theta) * theta, rel=1e-10)
+    sens.check_maximum(planned.model, planned.params, names, "plan", exact=True)
+    assert planned.params == pytest.approx(analysed.params, rel=1e-5)
+    verifier = RemlModel(*args[:5])
+    assert check_point(verifier, planned.params)[1] is None
+
+
 def test_a_variance_left_on_the_boundary_below_an_interior_maximum_is_refused() -> None:
     d = _data(4)
     names = ["group", "group_by_arm", "residual"]

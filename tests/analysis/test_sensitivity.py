@@ -396,15 +396,30 @@ def _dense_reference(
         + (n - p) * math.log(2 * math.pi)
     )
     t1, am, bm = np.zeros((m, m)), np.zeros((m, m, p, p)), np.zeros((m, p, p))
+    # the score and observed Hessian from P = V⁻¹ − V⁻¹XCXᵀV⁻¹ of the whole (block) V
+    big_v = np.zeros((n, n))
+    big_d = [np.zeros((n, n)) for _ in range(m)]
     for rows, dv in blocks:
         v = sum(t * d for t, d in zip(theta, dv, strict=True))
         vi = np.linalg.inv(v)
         u = vi @ x[rows]
+        big_v[np.ix_(rows, rows)] = v
         for i in range(m):
+            big_d[i][np.ix_(rows, rows)] = dv[i]
             bm[i] += u.T @ dv[i] @ u
             for j in range(m):
                 t1[i, j] += float(np.trace(vi @ dv[i] @ vi @ dv[j]))
                 am[i, j] += u.T @ dv[j] @ vi @ dv[i] @ u
+    vinv = np.linalg.inv(big_v)
+    pmat = vinv - vinv @ x @ cmat @ x.T @ vinv
+    py = pmat @ y
+    score = np.array([-0.5 * np.trace(pmat @ d) + 0.5 * py @ d @ py for d in big_d])
+    hess = np.array(
+        [
+            [0.5 * np.trace(pmat @ di @ pmat @ dj) - py @ di @ pmat @ dj @ py for dj in big_d]
+            for di in big_d
+        ]
+    )
     info = np.array(
         [
             [
@@ -421,11 +436,15 @@ def _dense_reference(
         "cov": cmat,
         "info": info,
         "dcov": [cmat @ bm[i] @ cmat for i in range(m)],
+        "score": score,
+        "hess": hess,
     }
 
 
 def test_blockwise_reml_equals_the_dense_computation() -> None:
-    """Writer (Woodbury on per-group sums) and verifier (atoms) against dense ``V_j``, 1e-9."""
+    """Writer (Woodbury on per-group sums) and verifier (atoms) against dense ``V_j``, 1e-9;
+    the plan's closed-form score, information and observed Hessian against the textbook
+    ``−½tr(PV_i) + ½yᵀPV_iPy`` and ``½tr(PV_iPV_j) − yᵀPV_iPV_jPy``."""
     rng = np.random.default_rng(11)
     d = _balanced(2, probes=5, reps=3)
     keep = rng.uniform(size=d["y"].size) > 0.2  # unbalanced: some cells lose trials
@@ -441,6 +460,11 @@ def test_blockwise_reml_equals_the_dense_computation() -> None:
     assert blocks.information(theta, free) == pytest.approx(ref["info"], rel=1e-9, abs=1e-9)
     for mine, want in zip(blocks.cov_gradient(theta, free), ref["dcov"], strict=True):
         assert mine == pytest.approx(want, rel=1e-9, abs=1e-12)
+    score, info, hess = blocks.derivatives(theta)  # ledger plan's closed forms
+    assert score == pytest.approx(ref["score"], rel=1e-9, abs=1e-9)
+    assert info == pytest.approx(ref["info"], rel=1e-9, abs=1e-9)
+    assert hess == pytest.approx(ref["hess"], rel=1e-9, abs=1e-9)
+    assert not np.allclose(hess, -info, rtol=1e-3)  # observed, not expected, information
     verifier = RemlModel(y, x, g, [g, cell], arm)
     pt = verifier.point(theta)
     assert pt.loglik == pytest.approx(ref["loglik"], rel=1e-9, abs=1e-9)
