@@ -22,6 +22,8 @@ import io
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -848,6 +850,27 @@ def _model_reference(ds: Dataset, present: pd.Series) -> str:
     return next((m for m in ds.models if m in seen), ds.models[0])
 
 
+_FITS: ContextVar[dict[Any, tuple[Result, stats.MixedModelFit | None]] | None] = ContextVar(
+    "_FITS", default=None
+)
+
+
+@contextmanager
+def remembered_fits() -> Iterator[None]:
+    """Within the block, :func:`fit_model` fits the same trials under the same plan once.
+
+    ``ledger plan`` enters it for one simulated study: a stimulus subset's model is fitted by
+    its hypothesis and again by ``sensitivity.lmm`` (the same inputs, so the same numbers).
+    Keyed by the trial ids, the plan's canonical JSON and ``interaction``; the memory is the
+    block's own. The results are shared: callers must not change them.
+    """
+    token = _FITS.set({})
+    try:
+        yield
+    finally:
+        _FITS.reset(token)
+
+
 def fit_model(
     ds: Dataset, plan: dict[str, Any], *, interaction: bool = False
 ) -> tuple[Result, stats.MixedModelFit | None]:
@@ -855,8 +878,26 @@ def fit_model(
 
     With several models the model is a fixed factor: ``accuracy ~ arm + model + (1 | group)``
     (``docs/analysis.md`` §4); ``interaction`` adds the arm × model cells (the exploratory
-    ``exploratory.arm_by_model``, which this function then returns under that id).
+    ``exploratory.arm_by_model``, which this function then returns under that id). Inside
+    :func:`remembered_fits` a repeated fit is the remembered one.
     """
+    memo = _FITS.get()
+    if memo is None:
+        return _fit_model(ds, plan, interaction)
+    key = (
+        interaction,
+        tuple(ds.trials["trial"].astype(str).tolist()),
+        json.dumps(plan, sort_keys=True, default=str),
+    )
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = _fit_model(ds, plan, interaction)
+    return got
+
+
+def _fit_model(
+    ds: Dataset, plan: dict[str, Any], interaction: bool
+) -> tuple[Result, stats.MixedModelFit | None]:
     arms = plan["arms"]
     present = set(_trial_outcome(ds)["arm"].astype(str).unique().tolist())
     full = [a for a in sorted(arms) if arms[a].get("role") == "full"]
@@ -1661,8 +1702,7 @@ def sensitivity_lmm(
     fit: stats.MixedModelFit | None,
     tested: list[Result],
     model: str | None = None,
-    starts: Callable[[str, list[str]], Sequence[float] | None] | None = None,
-    exact: bool = False,
+    plan_fits: bool = False,
 ) -> Result | None:
     """``sensitivity.lmm``: the registered mixed model's contrasts under other assumptions.
 
@@ -1671,10 +1711,10 @@ def sensitivity_lmm(
     factor, kept in every sensitivity model); ``model`` names one model's copy,
     ``sensitivity.lmm@<model>`` on that model's dataset and ``model.lmm@<model>`` fit, whose
     rows are the ``<id>@<model>`` hypotheses (:func:`sensitivity_per_model`).
-    ``starts(model name, variance names)`` gives warm starts for the REML fits (``ledger
-    plan`` only: :func:`analysis._sensitivity.fit_reml`'s ``warm``); the analysis passes none.
-    ``exact`` (``ledger plan`` only): the fits' Newton steps use the observed Hessian in closed
-    form (:func:`analysis._sensitivity.fit_reml`'s ``exact``).
+    ``plan_fits`` (``ledger plan`` only, ``docs/planning.md`` §3): each REML fit starts at the
+    study's method-of-moments variances (:func:`analysis._sensitivity.moment_starts`, the fit's
+    ``warm``) and takes its Newton steps with the observed Hessian in closed form (its
+    ``exact``); the analysis never passes it.
     """
     from analysis import _sensitivity as sens
 
@@ -1768,8 +1808,19 @@ def sensitivity_lmm(
                     classes,
                     names,
                     label=f"sensitivity model {name}",
-                    warm=starts(name, names) if starts is not None else None,
-                    exact=exact,
+                    warm=(
+                        sens.moment_starts(
+                            y,
+                            exog,
+                            groups,
+                            cells,
+                            classes,
+                            left if name != "probe_by_arm" else {"": sum(left.values())},
+                        )
+                        if plan_fits
+                        else None
+                    ),
+                    exact=plan_fits,
                 )
             except (ValueError, np.linalg.LinAlgError) as exc:
                 models[name] = {"fitted": False, "reason": f"the REML fit failed: {exc}"}

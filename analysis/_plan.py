@@ -280,7 +280,7 @@ def _run_one(
     analysed_ids: list[str],
 ) -> dict[str, Any]:
     """Simulate one study and run the registered analysis on it: per-hypothesis numbers."""
-    with closed_form_fits():
+    with closed_form_fits(), an.remembered_fits():
         return _analyse_one(plan, spec, sc, d, stimuli, rng, analysed_ids)
 
 
@@ -315,8 +315,7 @@ def _analyse_one(
         truth = _conditional_truth(sc, d, u, w, a, b, [s for s in subset if s in u])
         out["hypotheses"][h["id"]] = _hypothesis_row(h, r, truth)
     if spec.sensitivity and any(statistics.is_mixed_model(h) for h in plan["hypotheses"]):
-        items = float(np.mean([stimuli[s]["items"] for s in analysed_ids]))
-        sens = an.sensitivity_lmm(ds, plan, fit, tested, starts=_starts(sc, items), exact=True)
+        sens = an.sensitivity_lmm(ds, plan, fit, tested, plan_fits=True)
         for c in ((sens.values or {}).get("contrasts") or []) if sens is not None else []:
             out["sensitivity"][str(c.get("hypothesis"))] = _sensitivity_row(c)
     return out
@@ -349,39 +348,6 @@ def _hypothesis_row(h: dict[str, Any], r: Any, truth: float) -> dict[str, Any]:
         for name, (lo, hi) in _interval(h, values).items():
             row[name] = [lo, hi]
     return row
-
-
-def _starts(sc: Scenario, items: float) -> Callable[[str, list[str]], Sequence[float] | None]:
-    """Warm starts for the sensitivity fits: the scenario's own variances.
-
-    ``normal``: its residual SDs; ``binomial``: ``p(1 − p)/items`` per arm (``items`` the mean
-    item count of the analysed stimuli), the within-cell variance of a binomial share. A start
-    only saves time: the fit keeps it only at a verified maximum (``docs/planning.md`` §3).
-    """
-    if sc.distribution == "normal":
-        residual = {a: v * v for a, v in sc.residual_sd.items()}
-    else:
-        residual = {
-            a: max(min(p, 1.0), 0.0) * (1 - max(min(p, 1.0), 0.0)) / items
-            for a, p in sc.rates.items()
-        }
-
-    def start(_name: str, names: list[str]) -> Sequence[float] | None:
-        out = []
-        for n in names:
-            if n == "group":
-                out.append(sc.stimulus_sd**2)
-            elif n == "group_by_arm":
-                out.append(sc.stimulus_arm_sd**2)
-            elif n == "residual":
-                out.append(float(np.mean(list(residual.values()))))
-            elif n.startswith("residual[") and n[9:-1] in residual:
-                out.append(residual[n[9:-1]])
-            else:
-                return None
-        return out
-
-    return start
 
 
 # --------------------------------------------------------------------------- aggregates

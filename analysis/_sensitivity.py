@@ -42,6 +42,7 @@ __all__ = [
     "group_differences",
     "log_derivatives",
     "log_score_hessian",
+    "moment_starts",
     "not_fittable",
     "one_blas_thread",
     "polish",
@@ -564,6 +565,60 @@ def cell_residuals(
     return {c: float(np.sum(resid[carr == c] ** 2)) for c in sorted(set(carr.tolist()))}
 
 
+def moment_starts(
+    y: Floats,
+    exog: Floats,
+    groups: Sequence[str],
+    cells: Sequence[str],
+    classes: Sequence[str],
+    left: dict[str, float] | None = None,
+) -> Floats:
+    """Method-of-moments variances of a probe-by-arm model: ``ledger plan``'s REML starts.
+
+    ``[group, group_by_arm, residual per class]`` (``docs/planning.md`` §3), from the
+    least-squares residuals ``e`` of ``y`` on ``exog``: a class's residual variance ``φ_r`` is
+    its sum of squares within the cells (``left``, else :func:`cell_residuals`) over ``n_r``
+    less its cells; with ``ē_c`` the cells' mean residuals and ``ē_g`` their mean per group,
+    ``group_by_arm`` is the sum of squares of ``ē_c − ē_g`` over ``cells − groups − (p − 1)``
+    degrees of freedom less the mean ``φ/n_c`` of the cells, and ``group`` the variance of the
+    ``ē_g`` over groups less a ``1/(cells per group)`` share of both. A variance below
+    ``10⁻⁴·var(y)`` is raised to it (the start is only where the Newton steps begin; the fit
+    keeps the maximum they reach only when it passes the check).
+    """
+    v = float(np.var(y, ddof=1)) if y.size > 1 else 1.0
+    v = v if v > 0 else 1.0
+    floor = 1e-4 * v
+    resid = y - exog @ np.linalg.lstsq(exog, y, rcond=None)[0]
+    cell_labels, cinv = np.unique(np.asarray([str(c) for c in cells]), return_inverse=True)
+    cinv = cinv.reshape(-1)
+    garr = np.asarray([str(g) for g in groups])
+    karr = np.asarray([str(c) for c in classes])
+    labels = sorted(set(karr.tolist()))
+    left = left if left is not None else cell_residuals(y, exog, cells, classes)
+    size = np.bincount(cinv).astype(np.float64)
+    first = np.zeros(cell_labels.size, dtype=np.intp)
+    first[cinv[::-1]] = np.arange(y.size)[::-1]  # each cell's first row
+    cell_class = karr[first]
+    phi = []
+    for c in labels:
+        rows = int(np.sum(karr == c))
+        df = rows - int(np.sum(cell_class == c))
+        phi.append(max(left[c] / df if df > 0 else v, floor))
+    phi_of = dict(zip(labels, phi, strict=True))
+    noise = float(np.mean([phi_of[c] / n for c, n in zip(cell_class, size, strict=True)]))
+    mean_e = np.bincount(cinv, weights=resid) / size
+    g_labels, g_of_cell = np.unique(garr[first], return_inverse=True)
+    g_of_cell = g_of_cell.reshape(-1)
+    per_group = np.bincount(g_of_cell).astype(np.float64)
+    group_mean = np.bincount(g_of_cell, weights=mean_e) / per_group
+    within_df = float(np.sum(per_group - 1)) - (exog.shape[1] - 1)
+    within = float(np.sum((mean_e - group_mean[g_of_cell]) ** 2)) / max(within_df, 1.0)
+    cell_var = max(within - noise, floor)
+    between = float(np.var(group_mean, ddof=1)) if g_labels.size > 1 else 0.0
+    group_var = max(between - (cell_var + noise) / float(np.mean(per_group)), floor)
+    return np.asarray([group_var, cell_var, *phi], dtype=np.float64)
+
+
 def not_fittable(arms: Sequence[str], groups: Sequence[str], per_arm: bool) -> str | None:
     """Why a probe-by-arm model cannot be fitted on these trials, or ``None``.
 
@@ -604,7 +659,7 @@ def fit_reml(
     names: list[str],
     *,
     label: str = "the REML model",
-    warm: Sequence[float] | None = None,
+    warm: Sequence[float] | Floats | None = None,
     exact: bool = False,
 ) -> RemlFit:
     """Maximise the REML likelihood: three starts, L-BFGS-B, then Newton steps to the maximum.
@@ -652,7 +707,7 @@ def _fit_reml(
     classes: Sequence[str],
     names: list[str],
     label: str,
-    warm: Sequence[float] | None,
+    warm: Sequence[float] | Floats | None,
     exact: bool = False,
 ) -> RemlFit:
     model = _Blocks(y, exog, groups, terms, classes)
@@ -701,7 +756,7 @@ def _fit_reml(
     cov = (cov + cov.T) / 2
     beta = cov @ got[2] + model.offset
     free = _free(model, best_theta)
-    info_cov = _info_cov(model, best_theta, free)
+    info_cov = _info_cov(model, best_theta, free, exact)
     return RemlFit(names, best_theta, best, beta, cov, free, info_cov, model)
 
 
@@ -1026,12 +1081,16 @@ def check_maximum(
         )
 
 
-def _info_cov(model: _Blocks, theta: Floats, free: list[int]) -> Floats:
-    """Inverse expected REML information over the free params (:meth:`_Blocks.information`)."""
+def _info_cov(model: _Blocks, theta: Floats, free: list[int], exact: bool = False) -> Floats:
+    """Inverse expected REML information over the free parameters.
+
+    :meth:`_Blocks.information`; ``exact`` (``ledger plan``): the same matrix from
+    :meth:`_Blocks.derivatives`.
+    """
     if not free:
         return np.zeros((0, 0))
     try:
-        return np.asarray(np.linalg.inv(model.information(theta, free)))
+        return np.asarray(np.linalg.inv(_score_info(model, theta, free, exact)[1]))
     except np.linalg.LinAlgError:
         return np.full((len(free), len(free)), math.nan)
 
