@@ -720,6 +720,8 @@ def _fit_reml(
         theta0 = polish(
             model, np.maximum(np.asarray(warm, dtype=np.float64), 1e-4 * v), exact=exact
         )
+        if exact:
+            theta0 = _snap_to_boundary(model, theta0)
         try:
             check_maximum(model, theta0, names, label, exact=exact)
         except RemlConvergenceError:
@@ -860,6 +862,27 @@ def _boundary_candidate(
         if math.isfinite(ll) and ll > (best if found is None else found[1]) + DECREMENT_TOL:
             found = (cand, ll)
     return found
+
+
+def _snap_to_boundary(model: _Blocks, theta: Floats) -> Floats:
+    """``theta`` with its random-effect variances on the boundary set to exactly 0, if kept.
+
+    ``ledger plan``'s fits (``docs/planning.md`` §3): Newton steps in ``log θ`` approach a
+    maximum on the boundary without reaching it and stop once a variance is at or below
+    :data:`BOUNDARY_FRACTION` of ``var(y)`` (5e-8, say). Every such variance still above 0 is
+    set to 0 at once and the others polished again; the point replaces ``theta`` when its
+    ``l_R`` is not lower by more than :data:`DECREMENT_TOL`, so the maximum is recorded where
+    ``ledger analyze`` and the verifier put it (``docs/statistics.md``, "Several maxima").
+    """
+    free = _free(model, theta)
+    low = [i for i in range(model.k) if i not in free and theta[i] > 0]
+    if not low:
+        return theta
+    start = theta.copy()
+    start[low] = 0.0
+    cand = polish(model, start, exact=True)
+    before, after = model.loglik(theta), model.loglik(cand)
+    return cand if math.isfinite(after) and after >= before - DECREMENT_TOL else theta
 
 
 def fit_at(

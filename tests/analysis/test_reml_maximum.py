@@ -161,6 +161,61 @@ def test_the_plans_closed_form_hessian_climbs_to_the_same_maximum(per_arm: bool)
     assert check_point(verifier, planned.params)[1] is None
 
 
+@pytest.mark.parametrize("seed", [0, 1, 3])
+def test_the_plans_moment_starts_are_near_the_reml_maximum(seed: int) -> None:
+    """A balanced design: the method-of-moments variances (``docs/planning.md`` §3) are the
+    ANOVA estimates, within a few percent of REML for the residuals and within about a
+    quarter for the probe and probe x arm variances (one Newton step or two from it)."""
+    d = _data(seed, probes=8, reps=6)
+    names = ["group", "group_by_arm", "residual[A]", "residual[B]", "residual[C]"]
+    fit = sens.fit_reml(d["y"], d["x"], d["g"], [d["g"], d["cell"]], d["arm"], names)
+    start = sens.moment_starts(d["y"], d["x"], d["g"], d["cell"], d["arm"])
+    assert start[2:] == pytest.approx(fit.params[2:], rel=0.05)
+    assert start[:2] == pytest.approx(fit.params[:2], rel=0.25)
+    one = [""] * len(d["arm"])
+    pooled = sens.moment_starts(d["y"], d["x"], d["g"], d["cell"], one)
+    assert pooled.size == 3 and min(start[2:]) < pooled[2] < max(start[2:])
+
+
+def test_the_plans_fit_puts_a_boundary_maximum_at_exactly_zero() -> None:
+    """No probe x arm effect: the maximum is on the boundary. Newton steps from the moment
+    starts stop just above 0 (below the boundary fraction); the plan's fit sets the variance
+    to 0 as the analysis does (the documented gap of warm starts, ``docs/planning.md`` §3),
+    at the analysis's ``l_R`` and interval."""
+    rng = np.random.default_rng(0)
+    arms = ["A", "B", "C"]
+    rows = []
+    for p in range(6):
+        u = rng.normal(0, 0.15)
+        for a in arms:
+            sd = {"A": 0.03, "B": 0.12, "C": 0.08}[a]
+            rows += [
+                (a, f"p{p}", {"A": 0.9, "B": 0.5, "C": 0.7}[a] + u + rng.normal(0, sd))
+                for _ in range(4)
+            ]
+    arm, g = [r[0] for r in rows], [r[1] for r in rows]
+    cell = [f"{b}|{a}" for a, b in zip(arm, g, strict=True)]
+    y = np.array([r[2] for r in rows])
+    x = np.column_stack([np.ones(y.size)] + [[a == b for a in arm] for b in arms[1:]])
+    names = ["group", "group_by_arm", "residual[A]", "residual[B]", "residual[C]"]
+    args = (y, x.astype(float), g, [g, cell], arm, names)
+    analysed = sens.fit_reml(*args)
+    floor = sens.BOUNDARY_FRACTION * analysed.model.var
+    assert analysed.params[1] <= floor
+    warm = sens.moment_starts(*args[:2], g, cell, arm)
+    stepped = sens.polish(analysed.model, np.maximum(warm, 1e-4 * analysed.model.var), exact=True)
+    assert 0 < stepped[1] <= floor  # Newton steps in log θ never reach 0
+    planned = sens.fit_reml(*args, warm=warm, exact=True)
+    assert planned.params[1] == 0.0
+    assert planned.loglik == pytest.approx(analysed.loglik, abs=1e-9)
+    weights = np.array([0.0, -1.0, 0.0])  # A − B
+    mine = sens.satterthwaite_contrast(planned, weights, "two-sided")
+    theirs = sens.satterthwaite_contrast(analysed, weights, "two-sided")
+    for key in ("estimate", "lower", "upper"):
+        assert mine[key] == pytest.approx(theirs[key], rel=1e-6)
+    assert check_point(RemlModel(*args[:5]), planned.params)[1] is None
+
+
 def test_a_variance_left_on_the_boundary_below_an_interior_maximum_is_refused() -> None:
     d = _data(4)
     names = ["group", "group_by_arm", "residual"]
