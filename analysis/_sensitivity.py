@@ -161,11 +161,20 @@ class _Blocks:
         for c in range(r):
             rows = np.flatnonzero(ccode == c)
             g, xr, yr = gcode[rows], exog[rows], y[rows]
+            # np.bincount sums its weights in row order, as np.add.at did: the same bits
             for k in range(self.k):
+                at = g * q + col[k, rows]  # (group, column) flattened
                 for m in range(self.k):
-                    np.add.at(self.zz[c], (g, col[k, rows], col[m, rows]), 1.0)
-                np.add.at(self.zx[c], (g, col[k, rows]), xr)
-                np.add.at(self.zy[c], (g, col[k, rows]), yr)
+                    self.zz[c] += np.bincount(
+                        at * q + col[m, rows], minlength=n_groups * q * q
+                    ).reshape(n_groups, q, q)
+                for j in range(self.p):
+                    self.zx[c][:, :, j] += np.bincount(
+                        at, weights=xr[:, j], minlength=n_groups * q
+                    ).reshape(n_groups, q)
+                self.zy[c] += np.bincount(at, weights=yr, minlength=n_groups * q).reshape(
+                    n_groups, q
+                )
             self.xx[c] = xr.T @ xr
             self.xy[c] = xr.T @ yr
             self.yy[c] = float(yr @ yr)
