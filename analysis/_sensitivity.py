@@ -425,6 +425,35 @@ class _Blocks:
                 info[ii, kk] = info[kk, ii] = val
         return info
 
+    def logliks_on_grid(self, random: Floats, phi: Floats) -> Floats:
+        """``l_R`` at each row of ``random`` (random-effect variances) with residual ``phi``.
+
+        ``ledger plan``'s scan (:func:`_plan_scan`): the operations of :meth:`parts` and
+        :meth:`loglik` with the points as a leading axis (one numpy call per step for all of
+        them, so not bit for bit :meth:`loglik`'s); ``−inf`` where ``l_R`` is undefined.
+        """
+        _, s, zwx, zwy, wxx, wxy, wyy, logphi = self._by_phi(phi)
+        lam = np.einsum("nk,kga->nga", np.sqrt(random), self.masks)
+        inner = self._eye + lam[..., :, None] * s * lam[..., None, :]
+        sign, logdet_inner = np.linalg.slogdet(inner)
+        kmat = lam[..., :, None] * np.linalg.solve(inner, self._eye * lam[..., None, :])
+        kzx = kmat @ zwx
+        a = wxx - np.einsum("gap,ngaq->npq", zwx, kzx)
+        b = wxy - np.einsum("ngap,ga->np", kzx, zwy)
+        c = wyy - np.einsum("ga,ngab,gb->n", zwy, kmat, zwy)
+        sign_a, logdet_a = np.linalg.slogdet(a)
+        beta = np.linalg.solve(a, b[..., None])[..., 0]
+        out = -0.5 * (
+            logphi
+            + np.sum(logdet_inner, axis=1)
+            + logdet_a
+            + c
+            - np.sum(b * beta, axis=1)
+            + (self.n - self.p) * math.log(2 * math.pi)
+        )
+        ok = np.all(sign > 0, axis=1) & (sign_a > 0) & np.isfinite(out)
+        return np.where(ok, out, -math.inf)
+
     def derivatives(self, theta: Floats) -> tuple[Floats, Floats, Floats]:
         """Score, expected information and observed Hessian of ``l_R`` in ``θ``, every parameter.
 
@@ -737,6 +766,19 @@ def _fit_reml(
             pass
         else:
             best, best_theta = model.loglik(theta0), theta0
+        if exact and best_theta is not None:
+            # another maximum elsewhere on the scan's grid replaces it only when more likely
+            for start in _plan_scan(model, best_theta):
+                cand = _snap_to_boundary(model, polish(model, start, exact=True))
+                ll = model.loglik(cand)
+                if not (math.isfinite(ll) and ll > best + DECREMENT_TOL):
+                    continue
+                try:
+                    check_maximum(model, cand, names, label, exact=True)
+                except RemlConvergenceError:
+                    continue
+                best, best_theta = ll, cand
+                theta0 = cand
     searched = best_theta is None
     for share in (0.1, 0.5, 0.9) if searched else ():
         start = np.concatenate([np.full(k, share * v / max(k, 1)), np.full(r, (1 - share) * v)])
@@ -871,6 +913,42 @@ def _boundary_candidate(
         if math.isfinite(ll) and ll > (best if found is None else found[1]) + DECREMENT_TOL:
             found = (cand, ll)
     return found
+
+
+PLAN_SCAN_EXPONENTS = tuple(float(j) for j in range(7))
+"""``ledger plan``'s scan grid (:func:`_plan_scan`): each random-effect variance at
+``var(y)·10^(−e)``, a decade apart (the analysis's :data:`SCAN_EXPONENTS` are half a decade)."""
+
+
+def _plan_scan(model: _Blocks, theta: Floats) -> list[Floats]:
+    """``ledger plan``'s look for another maximum than ``theta``'s (``docs/planning.md`` §3).
+
+    A grid like :func:`scan_starts`'s (each random-effect variance at ``var(y)·10^(−e)``,
+    ``e`` in :data:`PLAN_SCAN_EXPONENTS`) with the residual variances at ``theta``'s, in one
+    batch (:meth:`_Blocks.logliks_on_grid`); its local maxima (at least as likely as every
+    neighbour, diagonals included), at most :data:`SCAN_STARTS`, the most likely first, less
+    those within one grid step of ``theta`` in every variance (``theta``'s own basin), are the
+    starts returned: each ``[grid variances, theta's residual variances]``.
+    """
+    if model.k == 0:
+        return []
+    v = model.var if model.var > 0 else 1.0
+    levels = v * 10.0 ** -np.asarray(PLAN_SCAN_EXPONENTS)
+    shape = (levels.size,) * model.k
+    index = np.indices(shape).reshape(model.k, -1).T
+    values = model.logliks_on_grid(levels[index], theta[model.k :]).reshape(shape)
+    with np.errstate(divide="ignore"):
+        here = -np.log10(np.maximum(theta[: model.k], 0.0) / v) / PLAN_SCAN_EXPONENTS[1]
+    home = np.clip(np.rint(here), 0, levels.size - 1)
+    padded = np.pad(values, 1, constant_values=-math.inf)
+    around = np.full(shape, -math.inf)
+    for shift in np.ndindex(*(3,) * model.k):  # the neighbourhood's maximum, diagonals too
+        around = np.maximum(around, padded[tuple(slice(d, d + levels.size) for d in shift)])
+    peak = np.isfinite(values) & (values >= around)
+    peak &= ~np.all(np.abs(np.indices(shape) - home.reshape((-1,) + (1,) * model.k)) <= 1, axis=0)
+    flat = np.flatnonzero(peak.reshape(-1))
+    order = flat[np.argsort(-values.reshape(-1)[flat], kind="stable")]  # ties: grid order
+    return [np.concatenate([levels[index[i]], theta[model.k :]]) for i in order[:SCAN_STARTS]]
 
 
 def _snap_to_boundary(model: _Blocks, theta: Floats) -> Floats:

@@ -770,9 +770,10 @@ def test_a_likelihood_with_two_maxima_is_fitted_at_the_higher_on_both_sides() ->
 
     Arm A is at ceiling (residual variance 2e-4 beside 0.1 and 0.16), so ``l_R`` has a maximum
     with the random effects at B and C's scale and a more likely one at A's; the three shares
-    of ``var(y)`` all start in the first. The writer (``fit_reml``) and the verifier
-    (``maximise``) must each reach the higher one, agree there on the df, and the verifier must
-    read the writer's variance of exactly 0 back from RFC 8785 JSON (an integer there).
+    of ``var(y)`` all start in the first. The writer (``fit_reml``, and ``ledger plan``'s fit
+    from its moment starts) and the verifier (``maximise``) must each reach the higher one,
+    agree there on the df, and the verifier must read the writer's variance of exactly 0 back
+    from RFC 8785 JSON (an integer there).
     """
     from verify._canonical import canonical_json
     from verify._recompute.sensitivity import _recorded_variances
@@ -789,6 +790,15 @@ def test_a_likelihood_with_two_maxima_is_fitted_at_the_higher_on_both_sides() ->
     v = model.var
     first = sens._climb(model, np.array([0.05 * v, 0.05 * v, 0.9 * v, 0.9 * v, 0.9 * v]))
     assert model.loglik(first) < fit.loglik - 0.5  # the shares' maximum is the lower one
+
+    # ledger plan's fit (docs/planning.md §3): its Newton steps from the moment starts reach
+    # the lower maximum, and its own scan finds the higher one
+    warm = sens.moment_starts(y, exog, groups, cells, arm)
+    assert model.loglik(sens.polish(model, warm, exact=True)) < fit.loglik - 0.5
+    planned = sens.fit_reml(y, exog, groups, [groups, cells], arm, names, warm=warm, exact=True)
+    assert planned.loglik == pytest.approx(fit.loglik, abs=1e-9)
+    assert planned.params[0] == 0.0
+    assert planned.params[1:] == pytest.approx(fit.params[1:], rel=1e-5)
 
     mine = RemlModel(y, exog, groups, [groups, cells], arm)
     own = mine.maximise()
