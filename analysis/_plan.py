@@ -699,7 +699,8 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _same_numbers(a: Any, b: Any, rel: float = 1e-6) -> bool:
+def _same_numbers(a: Any, b: Any, rel: float = 1e-4) -> bool:
+    """Every member equal, numbers to ``rel`` (the ``plan`` check's tolerance, planning.md §6)."""
     a, b = _finite(a), _finite(b)
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same_numbers(a[k], b[k], rel) for k in a)
