@@ -1,4 +1,6 @@
-"""`ledger amend` and `ledger checkpoint` on a study behind a real `ledger serve` (service.md §9).
+"""`amend`, `checkpoint`, `receipt`, `posthoc`, `review` on a study behind a real `ledger serve`.
+
+docs/service.md §9.
 
 Real parts only: a `ledger serve --store DIR` process on 127.0.0.1 (its own process, started
 here and stopped by its handle), a study folder whose ``ledger.store`` names it, real keys and
@@ -167,3 +169,169 @@ def test_the_viewers_verification_of_a_study_behind_the_service_reads_a_copy(
     gone.start(url.rsplit("/", 1)[0] + "/no-such-study").join(timeout=300)
     assert gone.state == "error" and "cannot fetch the study from the service" in str(gone.error)
     assert "no study 'no-such-study'" in str(gone.error)
+
+
+def _ran(remote_study: tuple[Path, str, Path]) -> Path:
+    """The remote study run to completion on the simulated backend (through the service)."""
+    root = remote_study[0]
+    _ledger("run", root, "--backend", "simulated")
+    return root
+
+
+def _local_twin(root: Path, stored: Path, tmp_path: Path) -> Path:
+    """A copy of the study folder whose ledger is a copy of the service's SQLite file."""
+    import shutil
+
+    twin = tmp_path / "twin"
+    shutil.copytree(root, twin)
+    (twin / "ledger.store").unlink()
+    _ledger("store", "copy", stored, twin / "ledger.db")
+    return twin
+
+
+def test_receipts_through_the_service_are_the_local_ones_and_verify(
+    remote_study: tuple[Path, str, Path], tmp_path: Path, ledger_home: Path
+) -> None:
+    """`ledger receipt` on a study behind the service writes, byte for byte, the receipts the
+    same log gives locally, and they verify with the owner's public key alone."""
+    root, _, stored = remote_study
+    _ran(remote_study)
+    trial = next(e.body["trial"] for e in _events(stored) if e.kind == "trial.responded")
+    out = _ledger("receipt", root, trial, "--out", tmp_path / "remote")
+    remote = sorted((tmp_path / "remote").iterdir())
+    assert remote and all(f"wrote {p}" in out for p in remote)
+    twin = _local_twin(root, stored, tmp_path)
+    _ledger("receipt", twin, trial, "--out", tmp_path / "local")
+    local = sorted((tmp_path / "local").iterdir())
+    assert [p.name for p in remote] == [p.name for p in local]
+    assert [p.read_bytes() for p in remote] == [p.read_bytes() for p in local]
+    vkey = next((ledger_home / "keys").glob("*.vkey"))
+    checked = _ledger("verify-receipt", *remote, "--trusted-key", f"@{vkey}")
+    assert checked.count("PASS ") == len(remote) and trial in checked, checked
+    before = len(_events(stored))
+    refused = _ledger("receipt", root, "Z|nothing|9", "--out", tmp_path / "none", ok=False)
+    assert "no event names the trial 'Z|nothing|9'" in refused
+    assert len(_events(stored)) == before
+
+
+@pytest.mark.slow
+def test_posthoc_through_the_service_is_recorded_signed_and_refusals_append_nothing(
+    remote_study: tuple[Path, str, Path], ledger_home: Path
+) -> None:
+    """`ledger posthoc` on a study behind the service: one analysis.posthoc event and a
+    checkpoint covering it in the service's store; a name used before, an unknown arm and
+    an empty reason are refused with the reason and append nothing."""
+    root, _, stored = remote_study
+    _ran(remote_study)
+    for step in ("score", "unblind", "analyze"):
+        _ledger(step, root)
+    before = len(_events(stored))
+    out = _ledger(
+        "posthoc",
+        root,
+        "ab",
+        "--contrast",
+        "A",
+        "B",
+        "--test",
+        "paired-t",
+        "--reason",
+        "A minus B, paired",
+    )
+    events = _events(stored)
+    assert len(events) == before + 1 and "recorded posthoc.ab (post hoc, no verdict)" in out
+    recorded = events[-1]
+    assert recorded.kind == "analysis.posthoc" and recorded.body["id"] == "posthoc.ab"
+    assert recorded.body["declared"]["reason"] == "A minus B, paired"
+    owner = SigningKey.load(next((ledger_home / "keys").glob("*.key")))
+    assert recorded.actor == owner.actor
+    latest = _checkpoints(stored)[-1]
+    assert latest.size == len(events) and open_note(latest.note, [owner.verifier]).verified
+    for args, reason in [
+        (("ab", "--contrast", "A", "B", "--reason", "again"), "'ab' already recorded at seq"),
+        (("az", "--contrast", "A", "Z", "--reason", "no such arm"), "unknown arm 'Z'"),
+        (("ac", "--contrast", "A", "C", "--reason", " "), "reason"),
+    ]:
+        refused = _ledger("posthoc", root, *args, "--test", "paired-t", ok=False)
+        assert reason in refused, refused
+    assert len(_events(stored)) == before + 1
+
+
+@pytest.mark.slow
+def test_review_through_the_service_lists_records_and_refuses_what_it_must(
+    served: tuple[str, Path], tmp_path: Path, ledger_home: Path
+) -> None:
+    """`ledger review` on a study behind the service: the sample is listed, a reviewer's
+    review is one review.recorded event in the service's store, and a key without the
+    reviewer role, a subject outside the sample and a label the judge step does not know
+    are refused with the reason, appending nothing."""
+    from helpers import fixed_key
+    from steps_study import write_study
+
+    from analysis._scoring import score_study
+    from runner._backends import SimulatedBackend
+    from runner._execute import RunOptions, run_study
+    from runner._lock import lock_study
+
+    base, store = served
+    owner = fixed_key("steps.example/owner")
+    root = write_study(tmp_path / "steps-study")
+    (root / "ledger.store").write_text(f"{base}/steps-study\n")
+    lock_study(root, owner)  # creates the study through the service
+    stored = store / "steps-study.db"
+    assert stored.is_file() and not (root / "ledger.db").exists()
+    assert run_study(root, owner, SimulatedBackend(), RunOptions(concurrency=4)).reason == (
+        "complete"
+    )
+    score_study(root, owner)
+    listed = _ledger("review", root, "--sample", "audit").splitlines()
+    assert listed and all(line.startswith("seq ") for line in listed)
+    subject = listed[0].split("\t")[0].removeprefix("seq ")
+    owner_file, reviewer_file = tmp_path / "owner.key", tmp_path / "reviewer.key"
+    owner.save(owner_file)
+    reviewer = SigningKey.generate("steps.example/reviewer")
+    reviewer.save(reviewer_file)
+    before = len(_events(stored))
+    refused = _ledger(
+        "review",
+        root,
+        "--sample",
+        "audit",
+        "--subject",
+        subject,
+        "--value",
+        "correct",
+        "--key",
+        owner_file,
+        ok=False,
+    )
+    assert "role 'reviewer'" in refused and len(_events(stored)) == before
+    _ledger("key", "add", root, reviewer.vkey, "--role", "reviewer", "--key", owner_file)
+    before = len(_events(stored))
+    for args, reason in [
+        (("--subject", "1", "--value", "correct"), "is not in review sample 'audit'"),
+        (("--subject", subject, "--value", "maybe"), "is not a label"),
+    ]:
+        refused = _ledger(
+            "review", root, "--sample", "audit", *args, "--key", reviewer_file, ok=False
+        )
+        assert reason in refused, refused
+    assert len(_events(stored)) == before
+    _ledger(
+        "review",
+        root,
+        "--sample",
+        "audit",
+        "--subject",
+        subject,
+        "--value",
+        "incorrect",
+        "--key",
+        reviewer_file,
+    )
+    events = _events(stored)
+    assert len(events) == before + 1
+    recorded = events[-1]
+    assert recorded.kind == "review.recorded" and recorded.actor == reviewer.actor
+    assert recorded.body["subject"] == int(subject) and recorded.body["value"] == "incorrect"
+    assert "reviewed: incorrect" in _ledger("review", root, "--sample", "audit")
