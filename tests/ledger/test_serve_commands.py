@@ -9,14 +9,15 @@ real HTTP. Each refusal asserts its message and that nothing reached the service
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from serve_process import serve, stop
 
 from ledger import Ledger, SigningKey
 from ledger._note import open_note
@@ -26,35 +27,13 @@ from ledger.cli import main
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A `ledger serve --store FOLDER --allow-create` process: (base URL, store folder)."""
-    from pg_server import free_port
-
     store = tmp_path / "store"
     store.mkdir()
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "ledger"),
-            "serve",
-            "--store",
-            str(store),
-            "--allow-create",
-            "--port",
-            str(port),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc, base = serve(str(store), "--allow-create")
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert "serving the append API" in line, line
-        yield f"http://127.0.0.1:{port}", store
+        yield base, store
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        stop(proc)
 
 
 def _ledger(*args: Any, ok: bool = True) -> str:
@@ -78,7 +57,7 @@ def remote_study(
     return root, url, store / "remote-study.db"
 
 
-def _events(path: Path) -> list[Any]:
+def _events(path: Path | str) -> list[Any]:
     with Ledger.open(path, readonly=True) as log:
         return list(log.events())
 
@@ -171,15 +150,9 @@ def test_the_viewers_verification_of_a_study_behind_the_service_reads_a_copy(
     assert "no study 'no-such-study'" in str(gone.error)
 
 
-def _ran(remote_study: tuple[Path, str, Path]) -> Path:
-    """The remote study run to completion on the simulated backend (through the service)."""
-    root = remote_study[0]
-    _ledger("run", root, "--backend", "simulated")
-    return root
-
-
-def _local_twin(root: Path, stored: Path, tmp_path: Path) -> Path:
-    """A copy of the study folder whose ledger is a copy of the service's SQLite file."""
+def _local_twin(root: Path, stored: Path | str, tmp_path: Path) -> Path:
+    """A copy of the study folder whose ledger is a copy of the service's store (SQLite file
+    or PostgreSQL schema) in a SQLite file: `ledger store copy`, which checks the copy."""
     import shutil
 
     twin = tmp_path / "twin"
@@ -189,13 +162,10 @@ def _local_twin(root: Path, stored: Path, tmp_path: Path) -> Path:
     return twin
 
 
-def test_receipts_through_the_service_are_the_local_ones_and_verify(
-    remote_study: tuple[Path, str, Path], tmp_path: Path, ledger_home: Path
-) -> None:
-    """`ledger receipt` on a study behind the service writes, byte for byte, the receipts the
-    same log gives locally, and they verify with the owner's public key alone."""
-    root, _, stored = remote_study
-    _ran(remote_study)
+def _check_receipts(root: Path, stored: Path | str, tmp_path: Path, ledger_home: Path) -> None:
+    """`ledger receipt` through the service writes, byte for byte, the receipts the same log
+    gives locally; they verify with the owner's vkey; an unknown trial is refused."""
+    _ledger("run", root, "--backend", "simulated")
     trial = next(e.body["trial"] for e in _events(stored) if e.kind == "trial.responded")
     out = _ledger("receipt", root, trial, "--out", tmp_path / "remote")
     remote = sorted((tmp_path / "remote").iterdir())
@@ -214,6 +184,32 @@ def test_receipts_through_the_service_are_the_local_ones_and_verify(
     assert len(_events(stored)) == before
 
 
+def test_receipts_through_the_service_are_the_local_ones_and_verify(
+    remote_study: tuple[Path, str, Path], tmp_path: Path, ledger_home: Path
+) -> None:
+    root, _, stored = remote_study
+    _check_receipts(root, stored, tmp_path, ledger_home)
+
+
+@pytest.mark.slow
+def test_receipts_through_a_service_on_postgresql_are_the_local_ones(
+    pg_server: Any, tmp_path: Path, ledger_home: Path
+) -> None:
+    from ledger import schema_for
+
+    name = f"receipts-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
+    proc, base = serve(pg_server.url(), "--allow-create")
+    try:
+        root = tmp_path / "pg-study"
+        _ledger("new", root, "--store", f"{base}/{name}")
+        spec = root / "study.toml"
+        spec.write_text(spec.read_text().replace("replicates = 30", "replicates = 1"))
+        _ledger("lock", root)
+        _check_receipts(root, pg_server.url(schema=schema_for(name)), tmp_path, ledger_home)
+    finally:
+        stop(proc)
+
+
 @pytest.mark.slow
 def test_posthoc_through_the_service_is_recorded_signed_and_refusals_append_nothing(
     remote_study: tuple[Path, str, Path], ledger_home: Path
@@ -222,7 +218,7 @@ def test_posthoc_through_the_service_is_recorded_signed_and_refusals_append_noth
     checkpoint covering it in the service's store; a name used before, an unknown arm and
     an empty reason are refused with the reason and append nothing."""
     root, _, stored = remote_study
-    _ran(remote_study)
+    _ledger("run", root, "--backend", "simulated")
     for step in ("score", "unblind", "analyze"):
         _ledger(step, root)
     before = len(_events(stored))
