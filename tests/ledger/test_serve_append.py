@@ -817,6 +817,37 @@ def test_turns_hold_across_two_service_processes_on_one_postgresql(pg_server: An
             stop(proc)
 
 
+def test_a_turn_sent_back_to_another_service_process_waits_for_it_then_appends_once(
+    pg_server: Any,
+) -> None:
+    """A turn is one process's hold on the sequencer row (docs/service.md §7): the re-signed
+    batch that reaches another process (a load balancer without affinity) waits until the
+    turn ends, then is appended as an ordinary append, once."""
+    name = f"xturn-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
+    procs = [serve(pg_server.url(), "--allow-create", "--turn-seconds", "1") for _ in range(2)]
+    try:
+        one, two = (f"{base}/{name}" for _, base in procs)
+        with Ledger.create(one, origin=ORIGIN, key=OWNER) as log:
+            log.add_key(RUNNER.vkey, "runner", key=OWNER)
+        stale = _head(one)
+        assert _post(one, {"entries": [_signed(RUNNER, "run.started", {"n": 0}, stale)]}).is_success
+        lost = _ask(one, {"entries": [_signed(RUNNER, "run.started", {"n": 1}, stale)]})
+        assert lost.status_code == 409 and lost.json()["turn_seconds"] == 1
+        head, turn = lost.json()["head"], lost.json()["turn"]
+        mine = _ask(two, {"entries": [_signed(RUNNER, "run.started", {"n": 1}, head)]}, turn)
+        assert mine.status_code == 200, mine.text
+        assert mine.json()["seqs"] == [head["size"]] and mine.json()["replayed"] is False
+        again = _ask(two, {"entries": [_signed(RUNNER, "run.started", {"n": 1}, head)]}, turn)
+        assert again.status_code == 200 and again.json()["replayed"] is True
+        with Ledger.open(two) as log:
+            events = list(log.events())
+        assert [e.body for e in events[head["size"] - 1 :]] == [{"n": 0}, {"n": 1}]
+        assert all(e.prev == events[e.seq - 1].leaf_hash.hex() for e in events[1:])
+    finally:
+        for proc, _ in procs:
+            stop(proc)
+
+
 @pytest.mark.slow
 def test_the_demo_study_through_two_services_on_postgresql_is_the_archive_byte_for_byte(
     pg_server: Any,
