@@ -331,3 +331,33 @@ def test_review_through_the_service_lists_records_and_refuses_what_it_must(
     assert recorded.kind == "review.recorded" and recorded.actor == reviewer.actor
     assert recorded.body["subject"] == int(subject) and recorded.body["value"] == "incorrect"
     assert "reviewed: incorrect" in _ledger("review", root, "--sample", "audit")
+
+
+def test_store_copy_fetches_a_study_from_the_service_and_refuses_to_copy_into_one(
+    remote_study: tuple[Path, str, Path], tmp_path: Path
+) -> None:
+    """`ledger store copy` reads a study through the service (its folder or its URL) into a
+    new ledger equal to the service's store, row for row; copying into a service, from a
+    study it does not hold, or over an existing ledger is refused and leaves nothing."""
+    root, url, stored = remote_study
+    assert _checkpoints(stored)  # the lock's registration checkpoint
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, src in (("from-folder.db", root), ("from-url.db", url)):
+        said = _ledger("store", "copy", src, out / name)
+        assert f"from {url} to {out / name}" in said
+        assert [(e.envelope, e.signature) for e in _events(out / name)] == [
+            (e.envelope, e.signature) for e in _events(stored)
+        ]
+        assert [(c.size, c.root, c.note, c.created) for c in _checkpoints(out / name)] == [
+            (c.size, c.root, c.note, c.created) for c in _checkpoints(stored)
+        ]
+    refused = _ledger("store", "copy", out / "from-url.db", f"{url}-copy", ok=False)
+    assert "does not copy into `ledger serve`" in refused
+    refused = _ledger("store", "copy", url + "-none", out / "none.db", ok=False)
+    assert "no study 'remote-study-none'" in refused
+    refused = _ledger("store", "copy", url, out / "from-url.db", ok=False)
+    assert "a ledger is already there" in refused
+    left = sorted(p.name for p in out.iterdir() if not p.name.endswith(("-wal", "-shm")))
+    assert left == ["from-folder.db", "from-url.db"]  # no none.db, no scratch folder
+    assert not (stored.parent / "remote-study-copy.db").exists()
