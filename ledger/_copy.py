@@ -5,7 +5,8 @@ checkpoint notes with their cosignatures, the key registry, the origin): nothing
 again, so the copy is the same log, and an archive exported from either is the same bytes.
 The destination is written in one transaction and checked before it is kept: same size, same
 leaf hash at every seq, the same Merkle root at the log's size and at every stored
-checkpoint's, the same blobs. A copy that fails any of it is removed.
+checkpoint's, the same blobs. A copy that fails any of it is removed. A study behind
+``ledger serve`` is fetched through the service first (:func:`_copy_from_service`).
 """
 
 from __future__ import annotations
@@ -81,13 +82,16 @@ def copy_ledger(src: Location, dst: Location) -> CopyResult:
     the copy's roots or rows disagree with the source (the copy is then removed).
     """
     target = Ledger.location(dst)
-    if isinstance(target, RemoteLocation) or isinstance(Ledger.location(src), RemoteLocation):
+    if isinstance(target, RemoteLocation):
         raise StoreError(
-            "ledger store copy copies between stores the service runs on (a SQLite file or a "
-            "PostgreSQL URL), not through `ledger serve`"
+            f"{target}: ledger store copy does not copy into `ledger serve`; copy into the "
+            "store the service runs on (a SQLite file of its --store folder, or a schema of "
+            "its PostgreSQL) and the service serves it"
         )
     if Ledger.exists(target):
         raise StoreError(f"{target}: a ledger is already there; refusing to overwrite it")
+    if isinstance(Ledger.location(src), RemoteLocation):
+        return _copy_from_service(src, target)
     with Ledger.open(src, readonly=True) as source:
         origin = source.origin
         empty = Ledger._create_empty(target, origin)
@@ -99,6 +103,52 @@ def copy_ledger(src: Location, dst: Location) -> CopyResult:
             _drop(target)
             raise
     return result
+
+
+def _copy_from_service(src: Location, target: Path | PostgresLocation) -> CopyResult:
+    """Copy a study served by ``ledger serve`` (its URL, or a folder whose ledger.store names it).
+
+    The service's envelopes, signatures, blobs and checkpoints are fetched (signed reads,
+    docs/service.md §8) into a temporary SQLite ledger, each envelope checked again on the
+    way (:meth:`RemoteLedger.copy_to`); that ledger must agree with what the service
+    answers (size, root, every checkpoint's size, root and signature lines), and is then
+    copied to ``target`` and checked as any copy is.
+    """
+    import shutil
+    import tempfile
+
+    from ledger._note import parse_note
+
+    place = target.parent if isinstance(target, Path) else None
+    scratch = Path(tempfile.mkdtemp(prefix=".ledger-copy-", dir=place))
+    try:
+        with Ledger.open(src, readonly=True) as remote:
+            fetched = remote.copy_to(scratch / "fetched.db")  # type: ignore[attr-defined]
+            where = str(remote.path)
+            with Ledger.open(fetched, readonly=True) as local:
+                if (local.size, local.root()) != (remote.size, remote.root()):
+                    raise StoreError(
+                        f"{where}: the service's log changed or disagrees while it was fetched "
+                        f"(fetched size {local.size}); run the copy again"
+                    )
+                served = [
+                    (c.size, c.root, _lines(parse_note, c.note)) for c in remote.checkpoints()
+                ]
+                kept = [(c.size, c.root, _lines(parse_note, c.note)) for c in local.checkpoints()]
+                if served != kept:
+                    raise StoreError(f"{where}: the fetched checkpoints differ from the served")
+        result = copy_ledger(fetched, target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return CopyResult(
+        where, result.target, result.events, result.blobs, result.checkpoints, result.root
+    )
+
+
+def _lines(parse: Any, note: str) -> tuple[str, frozenset[str]]:
+    """A note's text and its signature lines (their order is not part of what it proves)."""
+    parsed = parse(note)
+    return parsed.text, frozenset(s.line for s in parsed.signatures)
 
 
 def _copy_rows(source: Ledger, target: Ledger) -> None:

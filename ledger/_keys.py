@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import os
 from dataclasses import dataclass
@@ -82,7 +83,7 @@ class VerifierKey:
         """The actor id envelopes carry: ``<name>+<8 hex key id>``."""
         return f"{self.name}+{self.key_id.hex()}"
 
-    @property
+    @cached_property
     def vkey(self) -> str:
         """The C2SP verifier key string."""
         blob = base64.b64encode(bytes([ALG_ED25519]) + self.public_key).decode()
@@ -90,7 +91,18 @@ class VerifierKey:
 
     @classmethod
     def parse(cls, vkey: str) -> VerifierKey:
-        """Parse a C2SP vkey, checking its algorithm byte, length and key id."""
+        """Parse a C2SP vkey, checking its algorithm byte, length and key id.
+
+        A key is immutable, so the keys parsed lately are remembered by their text (the
+        service checks each envelope against its actor's registered vkey: parsing it anew
+        cost about as much as half a signature check).
+        """
+        if cls is VerifierKey:
+            return _parse_vkey(vkey)
+        return cls._parse(vkey)
+
+    @classmethod
+    def _parse(cls, vkey: str) -> VerifierKey:
         vkey = vkey.strip()
         parts = vkey.split("+", 2)
         if len(parts) != 3:
@@ -114,6 +126,12 @@ class VerifierKey:
         except (InvalidSignature, ValueError):
             return False
         return True
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_vkey(vkey: str) -> VerifierKey:
+    """:meth:`VerifierKey.parse`, remembered (a malformed vkey raises each time)."""
+    return VerifierKey._parse(vkey)
 
 
 _PUBLIC_CACHE: dict[bytes, Ed25519PublicKey] = {}

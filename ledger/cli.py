@@ -407,17 +407,19 @@ def store_copy(src: str, dst: str) -> None:
     """Copy the ledger at SRC to a new ledger at DST and check that they agree.
 
     SRC is a ledger file, a study folder (its ledger.db or ledger.store) or a PostgreSQL URL
-    (postgresql://[user@]host[:port]/db?schema=NAME); DST a new file or a URL whose schema does
-    not exist yet. Every row is copied as stored (nothing is signed again); the copy is kept
-    only when its size, every leaf, its root and every checkpoint's root, its blobs and its
-    keys equal the source's. The password comes from PGPASSWORD, ~/.pgpass or a service
-    file, never from the URL.
+    (postgresql://[user@]host[:port]/db?schema=NAME), or a study behind `ledger serve`
+    (http(s)://HOST/STUDY, read with a key the study registered); DST a new file or a
+    PostgreSQL URL whose schema does not exist yet. Every row is copied as stored (nothing
+    is signed again); the copy is kept only when its size, every leaf, its root and every
+    checkpoint's root, its blobs and its keys equal the source's. The password comes from
+    PGPASSWORD, ~/.pgpass or a service file, never from the URL.
 
     \b
     Example:
       ledger store copy my-study 'postgresql://ledger@db/lab?schema=my_study'
       echo 'postgresql://ledger@db/lab?schema=my_study' > my-study/ledger.store
       ledger store copy 'postgresql://ledger@db/lab?schema=my_study' backup.db
+      ledger store copy https://ledger.example.org/my-study backup.db
     """
     from ledger._copy import copy_ledger, resolve
 

@@ -123,6 +123,23 @@ def test_vkey_manglings_are_rejected() -> None:
         VerifierKey.parse("PeterNeumann+173116ae+ZRpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW")
 
 
+def test_remembered_vkeys_are_the_parsed_ones_and_a_bad_one_is_refused_every_time() -> None:
+    """VerifierKey.parse remembers the keys it parsed (the service checks every envelope
+    against its actor's vkey): the same text gives the same key, equal to a fresh parse; a
+    malformed text is refused again each time, never remembered as a key."""
+    from ledger._keys import _parse_vkey
+
+    first = VerifierKey.parse(PETER_VKEY)
+    assert VerifierKey.parse(PETER_VKEY) is first
+    assert first == VerifierKey._parse(PETER_VKEY) and first.vkey == PETER_VKEY
+    assert VerifierKey.parse(f" {PETER_VKEY}\n") == first  # white space around it, as before
+    bad = PETER_VKEY[:-2] + "AA"
+    for _ in range(2):
+        with pytest.raises(KeyFileError):
+            VerifierKey.parse(bad)
+    assert _parse_vkey.cache_info().currsize >= 2 and _parse_vkey.cache_info().maxsize == 4096
+
+
 def test_key_file_is_0600_and_never_overwritten(tmp_path: Path) -> None:
     key = SigningKey.generate("example.org/owner")
     path = key.save(tmp_path / "owner.key")

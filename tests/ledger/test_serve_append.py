@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from locations import REPO
+from serve_process import serve, stop
 
 from ledger import (
     AuthorizationError,
@@ -771,44 +772,11 @@ def test_a_valid_envelope_with_flipped_bytes_is_refused(
 # ---------------------------------------------------------------------- several processes
 
 
-def _serve(store: str, *extra: str) -> tuple[subprocess.Popen[str], str]:
-    """A `ledger serve --store` process on a free port: (process, base URL)."""
-    from pg_server import free_port
-
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "ledger"),
-            "serve",
-            "--store",
-            store,
-            "--port",
-            str(port),
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert "serving the append API" in line, line + (proc.stdout.read() if proc.poll() else "")
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    """Stop a service process this test started (SIGTERM, by its own handle)."""
-    proc.terminate()
-    proc.wait(timeout=30)
-    if proc.stdout is not None:
-        proc.stdout.close()
-
-
 def test_two_service_processes_on_one_postgresql_sequence_one_chain(
     pg_server: Any, tmp_path: Path
 ) -> None:
     name = f"two-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
-    procs = [_serve(pg_server.url(), "--allow-create") for _ in range(2)]
+    procs = [serve(pg_server.url(), "--allow-create") for _ in range(2)]
     try:
         urls = [f"{base}/{name}" for _, base in procs]
         with Ledger.create(urls[0], origin=ORIGIN, key=OWNER) as log:
@@ -826,14 +794,14 @@ def test_two_service_processes_on_one_postgresql_sequence_one_chain(
         assert all(e.prev == events[e.seq - 1].leaf_hash.hex() for e in events[1:])
     finally:
         for proc, _ in procs:
-            _stop(proc)
+            stop(proc)
 
 
 def test_turns_hold_across_two_service_processes_on_one_postgresql(pg_server: Any) -> None:
     """A turn is the PostgreSQL row lock of the sequencer, held by the process that gave it:
     writers spread over two processes each lose at most once per append."""
     name = f"turns-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
-    procs = [_serve(pg_server.url(), "--allow-create") for _ in range(2)]
+    procs = [serve(pg_server.url(), "--allow-create") for _ in range(2)]
     try:
         urls = [f"{base}/{name}" for _, base in procs]
         with Ledger.create(urls[0], origin=ORIGIN, key=OWNER) as log:
@@ -846,7 +814,38 @@ def test_turns_hold_across_two_service_processes_on_one_postgresql(pg_server: An
         assert all(e.prev == events[e.seq - 1].leaf_hash.hex() for e in events[1:])
     finally:
         for proc, _ in procs:
-            _stop(proc)
+            stop(proc)
+
+
+def test_a_turn_sent_back_to_another_service_process_waits_for_it_then_appends_once(
+    pg_server: Any,
+) -> None:
+    """A turn is one process's hold on the sequencer row (docs/service.md §7): the re-signed
+    batch that reaches another process (a load balancer without affinity) waits until the
+    turn ends, then is appended as an ordinary append, once."""
+    name = f"xturn-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
+    procs = [serve(pg_server.url(), "--allow-create", "--turn-seconds", "1") for _ in range(2)]
+    try:
+        one, two = (f"{base}/{name}" for _, base in procs)
+        with Ledger.create(one, origin=ORIGIN, key=OWNER) as log:
+            log.add_key(RUNNER.vkey, "runner", key=OWNER)
+        stale = _head(one)
+        assert _post(one, {"entries": [_signed(RUNNER, "run.started", {"n": 0}, stale)]}).is_success
+        lost = _ask(one, {"entries": [_signed(RUNNER, "run.started", {"n": 1}, stale)]})
+        assert lost.status_code == 409 and lost.json()["turn_seconds"] == 1
+        head, turn = lost.json()["head"], lost.json()["turn"]
+        mine = _ask(two, {"entries": [_signed(RUNNER, "run.started", {"n": 1}, head)]}, turn)
+        assert mine.status_code == 200, mine.text
+        assert mine.json()["seqs"] == [head["size"]] and mine.json()["replayed"] is False
+        again = _ask(two, {"entries": [_signed(RUNNER, "run.started", {"n": 1}, head)]}, turn)
+        assert again.status_code == 200 and again.json()["replayed"] is True
+        with Ledger.open(two) as log:
+            events = list(log.events())
+        assert [e.body for e in events[head["size"] - 1 :]] == [{"n": 0}, {"n": 1}]
+        assert all(e.prev == events[e.seq - 1].leaf_hash.hex() for e in events[1:])
+    finally:
+        for proc, _ in procs:
+            stop(proc)
 
 
 @pytest.mark.slow
@@ -857,7 +856,7 @@ def test_the_demo_study_through_two_services_on_postgresql_is_the_archive_byte_f
     `ledger serve` processes on one PostgreSQL (the client alternates between them; one
     runner) rebuilds the committed archive/ byte for byte, and it verifies."""
     name = f"acc-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
-    procs = [_serve(pg_server.url(), "--allow-create") for _ in range(2)]
+    procs = [serve(pg_server.url(), "--allow-create") for _ in range(2)]
     try:
         store = " ".join(f"{base}/{name}" for _, base in procs)
         result = subprocess.run(
@@ -876,7 +875,7 @@ def test_the_demo_study_through_two_services_on_postgresql_is_the_archive_byte_f
         assert "byte-identical to a fresh build (ledger on `ledger serve`)" in result.stdout
     finally:
         for proc, _ in procs:
-            _stop(proc)
+            stop(proc)
 
 
 @pytest.mark.slow
