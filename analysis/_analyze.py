@@ -160,7 +160,8 @@ class Dataset:
     trials: pd.DataFrame
     items: pd.DataFrame
     """One row per scored item; the label columns :data:`CODED_ITEM_COLUMNS` are ``category``
-    (:func:`analysis._rows.plain` gives them as ``str``)."""
+    (:func:`analysis._rows.plain` gives them as ``str``). :data:`CLOZE_ITEM_COLUMNS` are there
+    for the ``cloze`` parser only (no other item has them: issue 41)."""
     arms: tuple[str, ...]
     given_up: tuple[str, ...]
     scores_sha256: str
@@ -376,7 +377,8 @@ def load_dataset(
     responses: dict[int, int] = {}
     names, cells = factorial or ((), {})
     trial_names = [*VARIANT_TRIAL_COLUMNS, *(f"factor.{f}" for f in names), *DDX_METRICS]
-    item_names = [*VARIANT_ITEM_COLUMNS, *CLOZE_ITEM_COLUMNS]
+    # the cloze columns only for the cloze parser (the only one whose items.csv has them)
+    item_names = [*VARIANT_ITEM_COLUMNS, *(CLOZE_ITEM_COLUMNS if parser == "cloze" else ())]
     tcol = {name: Column() for name in trial_names}
     icol = {name: Column() for name in item_names if name not in _TRIAL_LEVEL_ITEM_COLUMNS}
     icol["order"] = Column()  # one row per trial, like tcol (repeated on its items at the end)
@@ -499,6 +501,7 @@ def _fold_scored(
         column.append(row[name])
     per_trial.append(len(items))
     icol["order"].append(order)
+    cloze = "logprobs" in icol
     for item in items:
         icol["row"].append(item["row"])
         icol["position"].append(item["position"])
@@ -507,10 +510,11 @@ def _fold_scored(
         icol["correct"].append(item["correct"])
         icol["truth_original"].append(_back(order, item["truth"]))
         icol["answer_original"].append(_back(order, item["answer"]))
-        icol["logprobs"].append(
-            rfc8785.dumps(item["logprobs"]).decode("utf-8") if "logprobs" in item else None
-        )
-        icol["margin"].append(item.get("margin"))
+        if cloze:
+            icol["logprobs"].append(
+                rfc8785.dumps(item["logprobs"]).decode("utf-8") if "logprobs" in item else None
+            )
+            icol["margin"].append(item.get("margin"))
 
 
 def _metric(value: Any) -> float:
