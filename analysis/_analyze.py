@@ -21,6 +21,7 @@ import hashlib
 import io
 import json
 import math
+from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -147,6 +148,8 @@ CODED_ITEM_COLUMNS = (
 )
 """Item columns of a few distinct strings, held as ``category`` (codes, issue 41); the trial
 id stays ``str`` (a key that merges with the trial table)."""
+_TRIAL_LEVEL_ITEM_COLUMNS = ("trial", "arm", "model", "stimulus", "variant", "rep")
+"""Item columns that hold their trial's value (the trial table's column of that name)."""
 CLOZE_ITEM_COLUMNS = ("logprobs", "margin")
 """Appended to ``items.csv`` for the ``cloze`` parser: each letter's log-probability (the
 RFC 8785 JSON object of the scores) and the margin (``docs/scoring.md`` §5.5)."""
@@ -159,7 +162,8 @@ class Dataset:
     trials: pd.DataFrame
     items: pd.DataFrame
     """One row per scored item; the label columns :data:`CODED_ITEM_COLUMNS` are ``category``
-    (:func:`analysis._rows.plain` gives them as ``str``)."""
+    (:func:`analysis._rows.plain` gives them as ``str``). :data:`CLOZE_ITEM_COLUMNS` are there
+    for the ``cloze`` parser only (no other item has them: issue 41)."""
     arms: tuple[str, ...]
     given_up: tuple[str, ...]
     scores_sha256: str
@@ -375,9 +379,12 @@ def load_dataset(
     responses: dict[int, int] = {}
     names, cells = factorial or ((), {})
     trial_names = [*VARIANT_TRIAL_COLUMNS, *(f"factor.{f}" for f in names), *DDX_METRICS]
-    item_names = [*VARIANT_ITEM_COLUMNS, *CLOZE_ITEM_COLUMNS]
+    # the cloze columns only for the cloze parser (the only one whose items.csv has them)
+    item_names = [*VARIANT_ITEM_COLUMNS, *(CLOZE_ITEM_COLUMNS if parser == "cloze" else ())]
     tcol = {name: Column() for name in trial_names}
-    icol = {name: Column() for name in item_names}
+    icol = {name: Column() for name in item_names if name not in _TRIAL_LEVEL_ITEM_COLUMNS}
+    icol["order"] = Column()  # one row per trial, like tcol (repeated on its items at the end)
+    per_trial = array("i")  # each scored trial's number of items, in tcol's row order
     given_up: list[str] = []
     excluded: set[str] = set()
     for event in log.events():
@@ -410,10 +417,20 @@ def load_dataset(
                 names,
                 tcol,
                 icol,
+                per_trial,
             )
-    trials = columns_frame(tcol, trial_names)
-    items_df = columns_frame(icol, item_names, categorical=CODED_ITEM_COLUMNS)
-    del tcol, icol
+    del requests, responses
+    counts = np.frombuffer(per_trial, dtype=np.int32).astype(np.intp)
+    order = icol.pop("order")
+    items_df = columns_frame(  # the trial-level columns repeated on each trial's items
+        icol,
+        item_names,
+        categorical=CODED_ITEM_COLUMNS,
+        release=True,
+        repeat=(counts, {**{n: tcol[n] for n in _TRIAL_LEVEL_ITEM_COLUMNS}, "order": order}),
+    )
+    del order, counts, per_trial
+    trials = columns_frame(tcol, trial_names, release=True)
     trials = trials.sort_values("response_seq", kind="stable").reset_index(drop=True)
     return Dataset(
         trials,
@@ -442,8 +459,14 @@ def _fold_scored(
     names: Sequence[str],
     tcol: dict[str, Column],
     icol: dict[str, Column],
+    per_trial: array[int],
 ) -> None:
-    """Add one ``trial.scored`` (its trial row and its items) to the dataset's columns."""
+    """Add one ``trial.scored`` (its trial row and its items) to the dataset's columns.
+
+    The item columns get the item-level values only; the trial's own (``trial``, ``arm``, ...,
+    and ``order`` in ``icol``) are repeated on its items when the frame is built, from
+    ``per_trial``, each trial's number of items.
+    """
     trial, request_arm, stimulus, rep, variant = request
     body = event.body
     arm = code_arm.get(body["arm_code"])
@@ -478,10 +501,9 @@ def _fold_scored(
     }
     for name, column in tcol.items():
         column.append(row[name])
-    count = len(items)
-    for name in ("trial", "arm", "model", "stimulus", "variant", "rep"):
-        icol[name].extend_code(tcol[name], count)
-    icol["order"].extend_value(order, count)
+    per_trial.append(len(items))
+    icol["order"].append(order)
+    cloze = "logprobs" in icol
     for item in items:
         icol["row"].append(item["row"])
         icol["position"].append(item["position"])
@@ -490,10 +512,11 @@ def _fold_scored(
         icol["correct"].append(item["correct"])
         icol["truth_original"].append(_back(order, item["truth"]))
         icol["answer_original"].append(_back(order, item["answer"]))
-        icol["logprobs"].append(
-            rfc8785.dumps(item["logprobs"]).decode("utf-8") if "logprobs" in item else None
-        )
-        icol["margin"].append(item.get("margin"))
+        if cloze:
+            icol["logprobs"].append(
+                rfc8785.dumps(item["logprobs"]).decode("utf-8") if "logprobs" in item else None
+            )
+            icol["margin"].append(item.get("margin"))
 
 
 def _metric(value: Any) -> float:
@@ -2244,6 +2267,22 @@ def _answers(log: Ledger, sessions: list[Any]) -> Iterator[Any]:
             yield event
 
 
+def forget_derived(ds: Dataset) -> None:
+    """Drop what the analyses cached on ``ds`` (its analysable items and trial outcomes).
+
+    They are recomputed on demand; dropping them before the CSVs are written keeps the peak
+    of ``ledger analyze`` at one item table and its CSV, not two tables (issue 41).
+    """
+    for name in ("_analysable_items", "_trial_outcome"):
+        ds.__dict__.pop(name, None)
+
+
+def _dataset_csvs(ds: Dataset) -> tuple[bytes, bytes]:
+    """``trials.csv`` and ``items.csv`` of ``ds``, its cached derived tables dropped first."""
+    forget_derived(ds)
+    return ds.trials_csv(), ds.items_csv()
+
+
 def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
     """Run the locked plan on the scored data; append one ``analysis.result`` per result."""
     root = Path(root)
@@ -2259,12 +2298,14 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         trial_phase = trial_phases(log) if len(protocol_events(log)) > 1 else None
         results = run_analyses(ds, plan, trial_phase, hypothesis_phases(plan, log))
         results += _study_results(study, log, plan, ds, results)
-        trials_csv, items_csv = ds.trials_csv(), ds.items_csv()
+        trials_csv, items_csv = _dataset_csvs(ds)
+        scores_sha256 = ds.scores_sha256
+        del ds  # issue 41: the tables are not held beside their CSV while it is appended
         policy = SealPolicy.from_protocol(plan)  # docs/privacy.md: withheld datasets are sealed
         trials_csv = policy.seal_now("analysis.result", "trials_csv", trials_csv)
         items_csv = policy.seal_now("analysis.result", "items_csv", items_csv)
         inputs = {
-            "scores_sha256": ds.scores_sha256,
+            "scores_sha256": scores_sha256,
             "trials_csv_sha256": hashlib.sha256(trials_csv).hexdigest(),
             "items_csv_sha256": hashlib.sha256(items_csv).hexdigest(),
             "protocol_seq": protocol.seq,

@@ -30,6 +30,30 @@ __all__ = [
 ]
 
 
+MMAP_THRESHOLD = 128 * 1024
+"""Bytes from which glibc serves an allocation by its own ``mmap`` (its initial default)."""
+
+
+def release_freed_memory() -> bool:
+    """Fix glibc's ``M_MMAP_THRESHOLD`` at :data:`MMAP_THRESHOLD`; True when it was set.
+
+    By default glibc raises the threshold each time a large block is freed (up to 32 MiB), so
+    the column arrays of ``analyze``, ``report`` and ``export`` (each a few MB at 10^5 trials)
+    come from the heap after the first is freed, and the memory of a table no longer needed
+    stays in the process. Fixed, every such array is mapped and unmapped on its own, so the
+    peak is what is alive at once (issue 41: 478 -> 429 MB for ``analyze`` at 20,000 trials).
+    Nothing else changes. False, and nothing done, where the C library has no ``mallopt``.
+    """
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    m_mmap_threshold = -3  # glibc's malloc.h
+    return bool(mallopt(ctypes.c_int(m_mmap_threshold), ctypes.c_int(MMAP_THRESHOLD)))
+
+
 class PosthocTests(click.Choice[str]):
     """``--test`` of ``ledger posthoc``: :data:`analysis.statistics.POSTHOC_TESTS`.
 
@@ -350,6 +374,7 @@ def analyze(study_dir: Path, key_file: str | None, as_json: bool) -> None:
     """
     from analysis._analyze import analyze_study
 
+    release_freed_memory()
     result = analyze_study(study_dir, study_key(study_dir, key_file))
     failed = [r["id"] for r in result.results if r["status"] == "failed"]
     if as_json:
@@ -605,6 +630,7 @@ def export_cmd(
     if public and annex is None:
         raise click.UsageError("--public needs --annex FILE (where the withheld data goes)")
     options = PublicExport(annex, tuple(auditors)) if public and annex is not None else None
+    release_freed_memory()
     result = export_study(
         study_dir, directory, study_key(study_dir, key_file), force=force, public=options
     )
@@ -673,6 +699,7 @@ def report_cmd(
     """
     from analysis._report import build_report, render_terminal
 
+    release_freed_memory()
     result = build_report(study_dir, figures_dir, html_path=html_file)
     if as_json:
         dump_json(

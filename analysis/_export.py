@@ -19,7 +19,7 @@ import io
 import json
 import os
 import shutil
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from analysis._analyze import describe_decision
+from analysis._background import BackgroundVerification
 from analysis._rows import (
     ATTEMPT_COLUMNS,
     SCORE_COLUMNS,
@@ -41,6 +42,8 @@ from ledger import (
     Event,
     Ledger,
     OutputError,
+    PostgresLocation,
+    RemoteLocation,
     SealPolicy,
     SigningKey,
     can_sync_file_system,
@@ -635,7 +638,12 @@ def _step_file(w: _Writer, study: Study, log: Ledger, fold: _Fold) -> None:
 
 
 def _analysis_files(
-    w: _Writer, root: Path, log: Ledger, study: Study | None = None, fold: _Fold | None = None
+    w: _Writer,
+    root: Path,
+    log: Ledger,
+    study: Study | None = None,
+    fold: _Fold | None = None,
+    verification: Callable[[], Any] | None = None,
 ) -> list[dict[str, Any]]:
     results = [{"seq": e.seq, **e.body} for e in log.events("analysis.result")]
     if not results:
@@ -671,7 +679,7 @@ def _analysis_files(
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        build_report(root, Path(tmp), flow=flow)
+        build_report(root, Path(tmp), flow=flow, verification=verification)
         for path in sorted(Path(tmp).rglob("*")):
             if path.is_file():
                 rel = path.relative_to(tmp).as_posix()
@@ -1190,6 +1198,19 @@ def _annex_payload(withheld: _Withheld) -> dict[str, Any]:
     }
 
 
+def _background_verification(
+    path: Path | PostgresLocation | RemoteLocation,
+) -> BackgroundVerification | None:
+    """The report's verification of ``path`` started in a child process, or None.
+
+    None for a ledger behind ``ledger serve``: the report copies it first, in place. (Without
+    the report module, the export has no report and stops the child unread.)
+    """
+    if isinstance(path, RemoteLocation):
+        return None
+    return BackgroundVerification(str(path))
+
+
 def export_study(
     root: str | Path,
     directory: str | Path,
@@ -1240,11 +1261,15 @@ def export_study(
     committed = False
     annex_written: Path | None = None
     w: _Writer | None = None
+    background: BackgroundVerification | None = None
     try:
         # One transaction holds export.created, the final checkpoint and any promised checkpoint
         # signed here; it commits only once every archive file is written and synced, so an
         # archive that cannot be written (a full disk) leaves the ledger as it was.
         with Ledger.open(ledger_path(root)) as log, log.transaction():
+            # The report's verification of the ledger runs beside this export's own pass: this
+            # transaction holds the write lock, so it verifies what the report would (issue 41).
+            background = _background_verification(ledger_path(root))
             sign_missing_checkpoints(log, key)  # a lock or a session killed before signing
             withhold = _locked_withhold(log) if public is not None else []
             w = _Writer(
@@ -1269,7 +1294,11 @@ def export_study(
             _trial_files(w, log, fold)
             if study.steps:
                 _step_file(w, study, log, fold)
-            results = _analysis_files(w, root, log, study, fold)
+            results = _analysis_files(
+                w, root, log, study, fold, background.result if background else None
+            )
+            if background is not None:
+                background.close()  # reaped (its report was read, or there is no report)
             del fold
             readme = _readme(study, log, results)
             privacy: dict[str, Any] = {}
@@ -1345,6 +1374,8 @@ def export_study(
         committed = True
         _swap_into_place(tmp, target)
     except BaseException as exc:
+        if background is not None:
+            background.close()
         if w is not None:
             w.close_all()
         if not committed:

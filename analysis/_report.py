@@ -264,7 +264,11 @@ def trial_distribution_csv(trials_csv: bytes, arms: list[str]) -> list[list[str]
 
 
 def _load(
-    root: Path, out_dir: Path, html_path: Path, flow: trial_flow.Flow | None = None
+    root: Path,
+    out_dir: Path,
+    html_path: Path,
+    flow: trial_flow.Flow | None = None,
+    verification: Callable[[], VerificationReport] | None = None,
 ) -> Report:
     path = ledger_path(root)
     if not path.is_file():
@@ -295,7 +299,7 @@ def _load(
         )
         if flow is None:
             flow = trial_flow.study_flow(log)
-    verification = _verify(path)
+    checked = verification() if verification is not None else _verify(path)
     return Report(
         root,
         path,
@@ -305,7 +309,7 @@ def _load(
         results,
         amendments,
         runs,
-        verification,
+        checked,
         posthoc=posthoc,
         distribution=distribution,
         flow=flow,
@@ -318,19 +322,23 @@ def build_report(
     *,
     html_path: Path | str | None = None,
     flow: trial_flow.Flow | None = None,
+    verification: Callable[[], VerificationReport] | None = None,
 ) -> Report:
     """Read the study ledger under ``root`` and write the figures and the HTML report.
 
     Figures go to ``out_dir`` (default ``root/report``); the HTML to ``html_path`` (default
     ``out_dir/report.html``). ``flow``, when given, is the study's trial flow computed already
     (``ledger export`` reads the events once for it and the archive's tables).
+    ``verification``, when given, gives the verifier's report of the study's ledger instead of
+    a verification made here (``ledger export`` runs it in a child process beside its own pass:
+    :class:`analysis._background.BackgroundVerification`).
     Raises :class:`runner._lock.StudyError` when the study has no
     ledger or has not been analysed yet. A failed result is reported with its error.
     """
     root = Path(root)
     out = Path(out_dir) if out_dir is not None else root / "report"
     html_file = Path(html_path) if html_path is not None else out / "report.html"
-    report = _load(root, out, html_file, flow)
+    report = _load(root, out, html_file, flow, verification)
     for name, title, caption, label, draw in _figure_specs(report):
         png = _render_png(draw)
         if png is None:

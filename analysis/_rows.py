@@ -183,15 +183,23 @@ class Column:
     array holding the very objects appended (issue 41: the analysis dataset at 10^5 trials).
     """
 
-    __slots__ = ("_codes", "_index", "_values")
+    __slots__ = ("_codes", "_index", "_repeated", "_values")
 
     def __init__(self) -> None:
         self._codes = array("i")
         self._index: dict[Any, int] = {}
         self._values: list[Any] = []
+        self._repeated: npt.NDArray[np.int32] | None = None
+        """The row codes of a column made by :meth:`repeated` (read-only), else None."""
 
     def __len__(self) -> int:
-        return len(self._codes)
+        return len(self._codes) if self._repeated is None else len(self._repeated)
+
+    def _rows(self) -> npt.NDArray[np.int32]:
+        """Each row's code."""
+        if self._repeated is not None:
+            return self._repeated
+        return np.frombuffer(self._codes, dtype=np.int32)
 
     def append(self, value: Any) -> None:
         """Add one row's value."""
@@ -218,32 +226,55 @@ class Column:
         if count > 1:
             self._codes.extend(array("i", [self._codes[-1]]) * (count - 1))
 
+    def repeated(self, counts: npt.NDArray[np.intp]) -> Column:
+        """A read-only column holding row ``i``'s value ``counts[i]`` times, in row order.
+
+        What :meth:`extend_code` would build item by item (a trial's value on each of its
+        items), made in one step when the frame is built, so the item table's trial-level
+        columns cost nothing while the events are read (issue 41). The values are shared.
+        """
+        if len(counts) != len(self):
+            raise ValueError(f"{len(counts)} counts for a column of {len(self)} rows")
+        out = Column()
+        out._values, out._index = self._values, self._index
+        out._repeated = np.repeat(self._rows(), counts)
+        return out
+
     def categorical(self) -> pd.Categorical | None:
         """The column as a categorical of its strings (None missing), else None.
 
         Categories are the distinct strings in sorted order (as ``pd.Categorical`` infers
         them); None when a value is neither a string nor None, or no value is a string.
         """
-        if not all(v is None or v.__class__ is str for v in self._values):
+        raw = self._rows()
+        used = np.bincount(raw, minlength=len(self._values)).astype(bool).tolist()
+        present = [v for v, here in zip(self._values, used, strict=True) if here]
+        if not all(v is None or v.__class__ is str for v in present):
             return None
-        strings = sorted({v for v in self._values if v is not None})
+        strings = sorted({v for v in present if v is not None})
         if not strings:
             return None
         rank = {v: i for i, v in enumerate(strings)}
-        remap = np.array([-1 if v is None else rank[v] for v in self._values], dtype=np.int64)
-        codes = remap[np.frombuffer(self._codes, dtype=np.int32)]
-        return pd.Categorical.from_codes(codes, categories=pd.Index(strings, dtype="str"))
+        remap = np.array(  # a value no row has (of a repeated column) is never looked up
+            [rank.get(v, -1) if v.__class__ is str else -1 for v in self._values], dtype=np.int32
+        )
+        return pd.Categorical.from_codes(remap[raw], categories=pd.Index(strings, dtype="str"))
 
     def objects(self) -> npt.NDArray[np.object_]:
         """The column as an object array of the appended values (shared, not copied)."""
         table = np.empty(len(self._values), dtype=object)
         for i, value in enumerate(self._values):
             table[i] = value
-        return np.asarray(table[np.frombuffer(self._codes, dtype=np.int32)], dtype=object)
+        return np.asarray(table[self._rows()], dtype=object)
 
 
 def columns_frame(
-    columns: Mapping[str, Column], names: Sequence[str], categorical: Collection[str] = ()
+    columns: Mapping[str, Column],
+    names: Sequence[str],
+    categorical: Collection[str] = (),
+    *,
+    release: bool = False,
+    repeat: tuple[npt.NDArray[np.intp], Mapping[str, Column]] | None = None,
 ) -> pd.DataFrame:
     """The DataFrame ``pd.DataFrame(rows_as_dicts, columns=names)`` would build, from columns.
 
@@ -256,15 +287,32 @@ def columns_frame(
     ``category`` column instead of ``str`` (:meth:`Column.categorical`): the same values and
     missing cells, a small integer code a row instead of a pointer (issue 41: the item table).
     :func:`plain` turns it back into the ``str`` column.
+
+    With ``release`` (``columns`` then a ``dict``), each column is taken out of ``columns`` as
+    soon as it is converted, so its codes are freed while the next column is built and the
+    peak is one column's conversion beside the frame, not every column twice (issue 41).
+
+    ``repeat`` is ``(counts, {name: column})``: each such column's row ``i`` stands for
+    ``counts[i]`` rows of the frame (:meth:`Column.repeated`), made only when it is converted.
     """
     from pandas.core.internals.construction import convert_object_array
 
-    n = max((len(c) for c in columns.values()), default=0)
+    counts, repeated = repeat if repeat is not None else (None, {})
+    sizes = [len(c) for c in columns.values()]
+    if counts is not None:
+        sizes.append(int(counts.sum()))
+    n = max(sizes, default=0)
     if n == 0:
         return pd.DataFrame([], columns=list(names))
     data: dict[str, Any] = {}
+    pool = columns if isinstance(columns, dict) and release else None
+    if release and pool is None:
+        raise TypeError("columns_frame(release=True) takes the columns as a dict")
     for name in names:
-        column = columns.get(name)
+        column = pool.pop(name, None) if pool is not None else columns.get(name)
+        if column is None and name in repeated:
+            assert counts is not None
+            column = repeated[name].repeated(counts)
         if column is None:
             objects = np.empty(n, dtype=object)
         else:
@@ -276,7 +324,9 @@ def columns_frame(
                     data[name] = coded
                     continue
             objects = column.objects()
+        del column
         data[name] = convert_object_array([objects], dtype=None)[0]
+        del objects
     return pd.DataFrame(data, columns=list(names), copy=False)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 from typing import Any
 
 import pandas as pd
@@ -81,3 +82,51 @@ def test_categorical_columns_are_the_str_columns_coded(count: int) -> None:
     pd.testing.assert_frame_equal(plain(got), expected)
     assert got["s"].isna().tolist() == expected["s"].isna().tolist()
     assert plain(expected) is expected  # nothing coded: the frame itself
+
+
+def test_a_repeated_column_is_the_column_extended_item_by_item() -> None:
+    """Column.repeated(counts) gives what extend_code builds; a value no row has is no category."""
+    import numpy as np
+
+    trial, extended = Column(), Column()
+    counts = [2, 0, 3, 1]
+    for name, count in zip(["t1", "only-empty", "t2", "t1"], counts, strict=True):
+        trial.append(name)
+        extended.extend_code(trial, count)
+    repeated = trial.repeated(np.array(counts, dtype=np.intp))
+    assert len(repeated) == len(extended) == sum(counts)
+    assert list(repeated.objects()) == list(extended.objects())
+    coded, expected = repeated.categorical(), extended.categorical()
+    assert coded is not None and expected is not None
+    assert list(coded.categories) == list(expected.categories) == ["t1", "t2"]
+    assert list(coded) == list(expected)
+    with pytest.raises(ValueError, match="3 counts for a column of 4 rows"):
+        trial.repeated(np.array([1, 1, 1], dtype=np.intp))
+
+
+def test_columns_frame_releases_and_repeats_columns() -> None:
+    """release=True empties the dict as it converts; repeat builds the repeated columns."""
+    import numpy as np
+
+    rows = ROWS[:4]
+    columns = _columns(rows)
+    got = columns_frame(columns, NAMES, release=True)
+    assert columns == {}
+    pd.testing.assert_frame_equal(got, pd.DataFrame(rows, columns=NAMES))
+    with pytest.raises(TypeError, match="takes the columns as a dict"):
+        columns_frame(MappingProxyType(_columns(rows)), NAMES, release=True)
+    trial, item = Column(), Column()
+    for name, count in (("a", 2), ("b", 1)):
+        trial.append(name)
+        for k in range(count):
+            item.append(k)
+    frame = columns_frame(
+        {"item": item},
+        ["trial", "item"],
+        categorical=("trial",),
+        release=True,
+        repeat=(np.array([2, 1], dtype=np.intp), {"trial": trial}),
+    )
+    assert list(frame["trial"].astype(str)) == ["a", "a", "b"]
+    assert isinstance(frame["trial"].dtype, pd.CategoricalDtype)
+    assert list(frame["item"]) == [0, 1, 0]

@@ -117,3 +117,31 @@ def test_an_archive_synced_file_by_file_verifies(
     manifest = (tmp_path / "archive" / "MANIFEST.sha256").read_text("utf-8").splitlines()
     assert result.files == len(manifest) + 1  # every file but the manifest is listed in it
     assert sorted(manifest, key=lambda line: line.split("  ", 1)[1]) == manifest
+
+
+def test_the_background_verification_is_the_one_made_in_place(simulated_archive: Path) -> None:
+    """The child's report equals verify_path's, check for check; it can be read twice."""
+    from analysis._background import BackgroundVerification
+
+    ledger = str(simulated_archive.parent / "study" / "ledger.db")
+    background = BackgroundVerification(ledger)
+    got = background.result()
+    expected = verify_path(ledger)
+    assert got == expected and got.checks == expected.checks and len(got.checks) > 10
+    assert background.result() is got
+    background.close()
+
+
+def test_a_background_verification_that_dies_says_so(simulated_archive: Path) -> None:
+    """A child that ends without a report raises AnalysisError; close() reaps a running one."""
+    from analysis._background import BackgroundVerification
+    from analysis._errors import AnalysisError
+
+    ledger = str(simulated_archive.parent / "study" / "ledger.db")
+    background = BackgroundVerification(ledger)
+    background._process.kill()
+    with pytest.raises(AnalysisError, match=r"ledger\.db: the verification of the ledger stopped"):
+        background.result()
+    running = BackgroundVerification(ledger)
+    running.close()
+    assert running._process.returncode is not None
