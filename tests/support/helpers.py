@@ -128,6 +128,30 @@ def permissions_bind() -> Iterator[None]:
         _set_dac_capabilities(True)
 
 
+FULL_SOAK = os.environ.get("PROMPT_LEDGER_FULL_SOAK") == "1"
+"""``PROMPT_LEDGER_FULL_SOAK=1``: the kill soaks make their full number of kills (:func:`soak`)."""
+
+
+def soak(quick: int, full: int) -> int:
+    """How many times a kill soak kills: ``quick`` in the slow set, ``full`` (the soak as first
+    written, hours of CI time over a year) where ``PROMPT_LEDGER_FULL_SOAK=1`` is set.
+
+    The quick count still reaches every kind of moment the soak aims at, because the kills are
+    spread over the soak's window (:func:`spread`) rather than drawn where chance puts them;
+    the full count adds more draws of the same kinds, for rarer interleavings."""
+    return full if FULL_SOAK else quick
+
+
+def spread(rng: random.Random, n: int, low: float, high: float) -> list[float]:
+    """``n`` moments in [``low``, ``high``): one drawn uniformly in each of ``n`` equal slices,
+    in an order shuffled by ``rng``. Every part of the window is hit as ``n`` grows, even for a
+    small ``n``, where ``n`` independent draws can leave a third of it untouched."""
+    width = (high - low) / n
+    moments = [low + width * (i + rng.random()) for i in range(n)]
+    rng.shuffle(moments)
+    return moments
+
+
 def sigkill_sessions(
     args: list[str],
     env: dict[str, str],
@@ -141,19 +165,21 @@ def sigkill_sessions(
     """SIGKILL up to ``kills`` sessions of ``args`` (a ``ledger run``), then finish the run.
 
     Each session is started, watched until ``progress()`` exceeds its value at the start by more
-    than ``grow`` (or 120 s pass), left ``rng.uniform(0, delay)`` seconds more, and killed with
-    SIGKILL. A session that ends on its own must exit 0, and ends the kills (the run finished
+    than ``grow`` (or 120 s pass), left a moment more, and killed with SIGKILL. The moments
+    cover [0, ``delay``) seconds, one in each of ``kills`` equal slices (:func:`spread`), so
+    that kills land both with the session's first calls just sent and after some have been
+    answered. A session that ends on its own must exit 0, and ends the kills (the run finished
     before it could be killed). A last session then runs to completion and must exit 0.
     Returns the number of kills made.
     """
     made = 0
-    while made < kills:
+    for moment in spread(rng, kills, 0.0, delay):
         before = progress()
         proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 120
         while progress() <= before + grow and proc.poll() is None and (time.monotonic() < deadline):
             time.sleep(0.02)  # wait for this session's first calls
-        time.sleep(rng.uniform(0.0, delay))
+        time.sleep(moment)
         if proc.poll() is not None:
             _out, err = proc.communicate()
             assert proc.returncode == 0, err.decode()
