@@ -88,6 +88,7 @@ holding one of them for minutes."""
 LONG_UNITS = (
     "serial: processes and timing",
     "tests/runner/test_cloud_backends.py",
+    "tests/analysis/test_view_browser.py",
     "tests/verify/test_conformance_soak.py::test_conformance_soak[0]",
     "tests/verify/test_conformance_soak.py::test_conformance_soak[1]",
     "tests/analysis/test_reml_maximum.py",
@@ -115,7 +116,8 @@ LONG_UNITS = (
     "tests/analysis/test_stats.py",
 )
 """Units of work that take longest, longest first (measured on two cores: in the slow set the
-serial unit about 90 s, the cloud backends' module about 2 minutes, each conformance soak chunk
+serial unit about 90 s, the cloud backends' module about 2 minutes, the browser tests (run with
+the slow set by .ci/run) about 2 minutes with their two demo builds, each conformance soak chunk
 about a minute, the REML module's 10,010-trial study 52 s, the judge-phase kill soak 56 s, the
 medmcqa demo module 45 s; in the
 README's set the archive-tamper module about 37 s, the analysis pipeline, report and demo
