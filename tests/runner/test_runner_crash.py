@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from fake_messages import FakeMessagesServer
+from forked_cli import ForkedCli
 from helpers import make_study, soak, spread, study_key
 
 from ledger import Ledger
@@ -83,7 +84,8 @@ def test_chaos_sigkill_runner_many_times(
     """SIGKILL ``ledger run`` 10 times (22 with ``PROMPT_LEDGER_FULL_SOAK=1``: ``helpers.soak``)
     at moments spread over 0.05-0.6 s after its session started (``helpers.spread``), with
     latency and injected faults; then every request has one outcome, every trial one final
-    outcome, and the ledger verifies."""
+    outcome, and the ledger verifies. Each session is a process forked from one that imported
+    the runner once (``forked_cli.ForkedCli``)."""
     study = make_study(tmp_path / "study", replicates=9, template=study_template)  # 315 trials
     rng = random.Random(20261122)
     target = soak(10, 22)
@@ -96,10 +98,13 @@ def test_chaos_sigkill_runner_many_times(
         seed=7,
         log_path=tmp_path / "answers.jsonl",
     ) as server:
-        args = ("--concurrency", "4", "--max-attempts", "30")
+        argv = ["run", str(study), "--base-url", server.base_url]
+        argv += ["--concurrency", "4", "--max-attempts", "30"]
+        env = dict(os.environ, ANTHROPIC_API_KEY="test")
+        log = tmp_path / "runs.log"
         for moment in spread(rng, target, 0.05, 0.6):
             sessions = count_kind(study, "run.started")
-            proc = start_run(study, server, *args)
+            proc = ForkedCli(argv, env, log)
             deadline = time.monotonic() + 60
             while count_kind(study, "run.started") == sessions and time.monotonic() < deadline:
                 time.sleep(0.02)  # kill while it runs, not while Python starts
@@ -111,7 +116,7 @@ def test_chaos_sigkill_runner_many_times(
             proc.send_signal(signal.SIGKILL)
             proc.communicate()
             kills += 1
-        proc = start_run(study, server, *args)
+        proc = ForkedCli(argv, env, log)
         _out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err.decode()
     assert kills >= target - 2

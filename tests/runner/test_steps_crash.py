@@ -105,7 +105,9 @@ def test_sigkills_during_the_judge_phase(tmp_path: Path) -> None:
             "30",
         ]
         # each session is killed once its judge phase has begun
-        kills = sigkill_sessions(args, env, target, lambda: judge_requests(study), rng)
+        kills = sigkill_sessions(
+            args, env, target, lambda: judge_requests(study), rng, log=tmp_path / "runs.log"
+        )
     assert kills == target
     evs = events(study)
     requests = {e.seq: e.body for e in evs if e.kind == "step.requested"}

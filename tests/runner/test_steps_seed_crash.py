@@ -147,7 +147,9 @@ def test_six_sigkills_during_verified_samples(tmp_path: Path) -> None:
             "30",
         ]
         # each session is killed once it has sent its first item-step call
-        kills = sigkill_sessions(args, env, 6, lambda: item_requests(study), rng, delay=0.6)
+        kills = sigkill_sessions(
+            args, env, 6, lambda: item_requests(study), rng, delay=0.6, log=tmp_path / "runs.log"
+        )
     assert kills >= 4, "the item-step phase ended before four kills"
     evs = events(study)
     requests = {e.seq: e.body for e in evs if e.kind == "step.requested"}

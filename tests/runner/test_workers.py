@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from fake_messages import FakeMessagesServer
+from forked_cli import ForkedCli
 from helpers import STUDY_ORIGIN, soak, study_key
 
 from ledger import EventSpec, Ledger, RefusedError
@@ -491,7 +492,10 @@ def test_soak_four_workers_under_chaos_answer_each_of_2030_trials_once(
         retry_after=0.1,
         seed=34,
     ) as server:
-        workers = [start_worker(study, server, *args, log=logs / f"w{i}.log") for i in range(4)]
+        # each worker a process forked from one that imported the runner once (ForkedCli)
+        argv = ["run", str(study), "--base-url", server.base_url, *args]
+        env = dict(os.environ, ANTHROPIC_API_KEY="test")
+        workers = [ForkedCli(argv, env, logs / f"w{i}.log") for i in range(4)]
         spawned = 4
         pg_kills_at = {7, 15} if target > 10 else {3, 7}
         started = time.monotonic()
@@ -515,7 +519,7 @@ def test_soak_four_workers_under_chaos_answer_each_of_2030_trials_once(
                 kills += 1
             for j, w in enumerate(workers):  # restart every worker that is gone
                 if w.poll() is not None:
-                    workers[j] = start_worker(study, server, *args, log=logs / f"w{j}.log")
+                    workers[j] = ForkedCli(argv, env, logs / f"w{j}.log")
                     spawned += 1
         deadline = time.monotonic() + 900
         while any(w.poll() is None for w in workers):  # let them finish the study
