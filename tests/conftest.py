@@ -40,11 +40,12 @@ def pytest_configure(config: pytest.Config) -> None:
     """Compile the project's bytecode once, in the controller, before any worker starts.
 
     The tests start some hundreds of ``ledger`` and ``python -m verify`` processes (the kill
-    soaks fork theirs from one process that imported the runner once: ``forked_cli``). Where ``PYTHONDONTWRITEBYTECODE`` is set (some CI images and
-    sandboxes set it) each of them, and each xdist worker, would compile every module of the
-    project from source again (about 0.2 s a process on two cores); an installed package has
-    its bytecode compiled once by pip, and so has the checkout here (``__pycache__`` is
-    git-ignored; up-to-date files are skipped).
+    soaks fork theirs from one process that imported the runner once: ``forked_cli``). Where
+    ``PYTHONDONTWRITEBYTECODE`` is set (some CI images and sandboxes set it) each of them, and
+    each xdist worker, would compile every module of the project from source again (about
+    0.2 s a process on two cores); an installed package has its bytecode compiled once by pip,
+    and so has the checkout here (``__pycache__`` is git-ignored; up-to-date files are
+    skipped).
     """
     if hasattr(config, "workerinput"):  # an xdist worker: the controller did it
         return
