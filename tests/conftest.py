@@ -40,11 +40,12 @@ def pytest_configure(config: pytest.Config) -> None:
     """Compile the project's bytecode once, in the controller, before any worker starts.
 
     The tests start some hundreds of ``ledger`` and ``python -m verify`` processes (the kill
-    soaks alone about sixty). Where ``PYTHONDONTWRITEBYTECODE`` is set (some CI images and
-    sandboxes set it) each of them, and each xdist worker, would compile every module of the
-    project from source again (about 0.2 s a process on two cores); an installed package has
-    its bytecode compiled once by pip, and so has the checkout here (``__pycache__`` is
-    git-ignored; up-to-date files are skipped).
+    soaks fork theirs from one process that imported the runner once: ``forked_cli``). Where
+    ``PYTHONDONTWRITEBYTECODE`` is set (some CI images and sandboxes set it) each of them, and
+    each xdist worker, would compile every module of the project from source again (about
+    0.2 s a process on two cores); an installed package has its bytecode compiled once by pip,
+    and so has the checkout here (``__pycache__`` is git-ignored; up-to-date files are
+    skipped).
     """
     if hasattr(config, "workerinput"):  # an xdist worker: the controller did it
         return
@@ -88,6 +89,7 @@ holding one of them for minutes."""
 LONG_UNITS = (
     "serial: processes and timing",
     "tests/runner/test_cloud_backends.py",
+    "tests/analysis/test_view_browser.py",
     "tests/verify/test_conformance_soak.py::test_conformance_soak[0]",
     "tests/verify/test_conformance_soak.py::test_conformance_soak[1]",
     "tests/analysis/test_reml_maximum.py",
@@ -115,7 +117,8 @@ LONG_UNITS = (
     "tests/analysis/test_stats.py",
 )
 """Units of work that take longest, longest first (measured on two cores: in the slow set the
-serial unit about 90 s, the cloud backends' module about 2 minutes, each conformance soak chunk
+serial unit about 90 s, the cloud backends' module about 2 minutes, the browser tests (run with
+the slow set by .ci/run) about 2 minutes with their two demo builds, each conformance soak chunk
 about a minute, the REML module's 10,010-trial study 52 s, the judge-phase kill soak 56 s, the
 medmcqa demo module 45 s; in the
 README's set the archive-tamper module about 37 s, the analysis pipeline, report and demo

@@ -758,8 +758,11 @@ def test_data_trials_survive_sigkills_and_the_study_verifies(tmp_path: Path) -> 
             "--concurrency",
             "4",
         ]
-        # 6 kills (the 20-kill soak is test_steps_crash), each once the session has written
-        sigkill_sessions(args, env, 6, lambda: _size(root), rng, delay=0.6, grow=2)
+        # 6 kills (the judge-phase soak is test_steps_crash), each once the session has
+        # written; each session forked from a process that imported the runner once
+        sigkill_sessions(
+            args, env, 6, lambda: _size(root), rng, delay=0.6, grow=2, log=tmp_path / "runs.log"
+        )
     with Ledger.open(root / "ledger.db", readonly=True) as log:
         evs = list(log.events())
     assert sum(e.kind == "run.started" for e in evs) >= 3, "the kills came too late"

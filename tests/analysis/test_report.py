@@ -284,7 +284,7 @@ def _coloured_pixels(path: Path) -> int:
     return int(((pixels.max(axis=2) - pixels.min(axis=2)) > 40).sum())
 
 
-@pytest.mark.browser  # chromium: .ci/run runs pytest -m browser
+@pytest.mark.browser  # chromium: .ci/run runs it with the slow set (-m "slow or browser")
 def test_browser_renders_the_figures(built: Path, tmp_path: Path) -> None:
     # CI (.ci/run) installs chromium when it is missing; skip only where it is absent.
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 from fake_messages import FakeMessagesServer
-from helpers import make_study, study_key
+from forked_cli import ForkedCli
+from helpers import make_study, soak, spread, study_key
 
 from ledger import Ledger
 from runner._batch import AnthropicBatchBackend
@@ -80,8 +81,14 @@ def check_outcomes(study: Path, trials: int) -> dict[str, int]:
 def test_chaos_sigkill_runner_many_times(
     tmp_path: Path, ledger_home: Path, study_template: Path
 ) -> None:
+    """SIGKILL ``ledger run`` 10 times (22 with ``PROMPT_LEDGER_FULL_SOAK=1``: ``helpers.soak``)
+    at moments spread over 0.05-0.6 s after its session started (``helpers.spread``), with
+    latency and injected faults; then every request has one outcome, every trial one final
+    outcome, and the ledger verifies. Each session is a process forked from one that imported
+    the runner once (``forked_cli.ForkedCli``)."""
     study = make_study(tmp_path / "study", replicates=9, template=study_template)  # 315 trials
     rng = random.Random(20261122)
+    target = soak(10, 22)
     kills = 0
     with FakeMessagesServer(
         latency_ms=150,
@@ -91,14 +98,17 @@ def test_chaos_sigkill_runner_many_times(
         seed=7,
         log_path=tmp_path / "answers.jsonl",
     ) as server:
-        args = ("--concurrency", "4", "--max-attempts", "30")
-        while kills < 22:
+        argv = ["run", str(study), "--base-url", server.base_url]
+        argv += ["--concurrency", "4", "--max-attempts", "30"]
+        env = dict(os.environ, ANTHROPIC_API_KEY="test")
+        log = tmp_path / "runs.log"
+        for moment in spread(rng, target, 0.05, 0.6):
             sessions = count_kind(study, "run.started")
-            proc = start_run(study, server, *args)
+            proc = ForkedCli(argv, env, log)
             deadline = time.monotonic() + 60
             while count_kind(study, "run.started") == sessions and time.monotonic() < deadline:
                 time.sleep(0.02)  # kill while it runs, not while Python starts
-            time.sleep(rng.uniform(0.05, 0.6))
+            time.sleep(moment)
             if proc.poll() is not None:
                 _out, err = proc.communicate()
                 assert proc.returncode == 0, err.decode()
@@ -106,10 +116,10 @@ def test_chaos_sigkill_runner_many_times(
             proc.send_signal(signal.SIGKILL)
             proc.communicate()
             kills += 1
-        proc = start_run(study, server, *args)
+        proc = ForkedCli(argv, env, log)
         _out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err.decode()
-    assert kills >= 20
+    assert kills >= target - 2
     kinds = check_outcomes(study, trials=315)
     assert kinds["run.started"] == kills + 1 and kinds["run.stopped"] == 1
     interrupted = sum(

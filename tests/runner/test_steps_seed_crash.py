@@ -16,18 +16,19 @@ import hashlib
 import json
 import os
 import random
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from fake_messages import FakeMessagesServer
 from helpers import fixed_key, sigkill_sessions
 from stepsx_study import write
 
 from ledger import Ledger
+from ledger.cli import main
 from runner._lock import lock_study
 from runner.simulated._steps import answer
 from verify import verify_archive
@@ -146,7 +147,9 @@ def test_six_sigkills_during_verified_samples(tmp_path: Path) -> None:
             "30",
         ]
         # each session is killed once it has sent its first item-step call
-        kills = sigkill_sessions(args, env, 6, lambda: item_requests(study), rng, delay=0.6)
+        kills = sigkill_sessions(
+            args, env, 6, lambda: item_requests(study), rng, delay=0.6, log=tmp_path / "runs.log"
+        )
     assert kills >= 4, "the item-step phase ended before four kills"
     evs = events(study)
     requests = {e.seq: e.body for e in evs if e.kind == "step.requested"}
@@ -162,22 +165,12 @@ def test_six_sigkills_during_verified_samples(tmp_path: Path) -> None:
         if b["step"] in ("rewrite", "semcheck")
     )
     assert set(samples) <= {"1", "2", "3"} and samples["2"] > 0, samples
-    for command in ("score", "unblind", "analyze"):
-        done = subprocess.run(
-            [*CLI, command, str(study), "--key", str(key)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr
-    done = subprocess.run(
-        [*CLI, "export", str(study), str(tmp_path / "archive"), "--key", str(key)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    # the steps after the run in this process (click's CliRunner): only the runner is killed
+    for step in (("score", study), ("unblind", study), ("analyze", study)):
+        done = CliRunner().invoke(main, [*map(str, step), "--key", str(key)], env=env)
+        assert done.exit_code == 0, (step, done.output)
+    step = ("export", study, tmp_path / "archive")
+    done = CliRunner().invoke(main, [*map(str, step), "--key", str(key)], env=env)
+    assert done.exit_code == 0, done.output
     report = verify_archive(tmp_path / "archive")
     assert report.ok, [c for c in report.checks if c.status.name == "FAIL"]

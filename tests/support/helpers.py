@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -128,6 +129,33 @@ def permissions_bind() -> Iterator[None]:
         _set_dac_capabilities(True)
 
 
+LEDGER_CLI = [sys.executable, "-c", "from ledger.cli import main; main()"]
+"""The ``ledger`` command as the tests start it (the console script's ``main``)."""
+
+FULL_SOAK = os.environ.get("PROMPT_LEDGER_FULL_SOAK") == "1"
+"""``PROMPT_LEDGER_FULL_SOAK=1``: the kill soaks make their full number of kills (:func:`soak`)."""
+
+
+def soak(quick: int, full: int) -> int:
+    """How many times a kill soak kills: ``quick`` in the slow set, ``full`` (the soak as first
+    written, hours of CI time over a year) where ``PROMPT_LEDGER_FULL_SOAK=1`` is set.
+
+    The quick count still reaches every kind of moment the soak aims at, because the kills are
+    spread over the soak's window (:func:`spread`) rather than drawn where chance puts them;
+    the full count adds more draws of the same kinds, for rarer interleavings."""
+    return full if FULL_SOAK else quick
+
+
+def spread(rng: random.Random, n: int, low: float, high: float) -> list[float]:
+    """``n`` moments in [``low``, ``high``): one drawn uniformly in each of ``n`` equal slices,
+    in an order shuffled by ``rng``. Every part of the window is hit as ``n`` grows, even for a
+    small ``n``, where ``n`` independent draws can leave a third of it untouched."""
+    width = (high - low) / n
+    moments = [low + width * (i + rng.random()) for i in range(n)]
+    rng.shuffle(moments)
+    return moments
+
+
 def sigkill_sessions(
     args: list[str],
     env: dict[str, str],
@@ -137,23 +165,39 @@ def sigkill_sessions(
     *,
     delay: float = 0.5,
     grow: int = 0,
+    log: Path | None = None,
 ) -> int:
     """SIGKILL up to ``kills`` sessions of ``args`` (a ``ledger run``), then finish the run.
 
     Each session is started, watched until ``progress()`` exceeds its value at the start by more
-    than ``grow`` (or 120 s pass), left ``rng.uniform(0, delay)`` seconds more, and killed with
-    SIGKILL. A session that ends on its own must exit 0, and ends the kills (the run finished
+    than ``grow`` (or 120 s pass), left a moment more, and killed with SIGKILL. The moments
+    cover [0, ``delay``) seconds, one in each of ``kills`` equal slices (:func:`spread`), so
+    that kills land both with the session's first calls just sent and after some have been
+    answered. A session that ends on its own must exit 0, and ends the kills (the run finished
     before it could be killed). A last session then runs to completion and must exit 0.
     Returns the number of kills made.
+
+    With ``log``, ``args`` must be ``[*LEDGER_CLI, ...]`` and each session is a process forked
+    from one that imported the runner once (``forked_cli.ForkedCli``), its output appended to
+    ``log``; without it, each is a fresh ``subprocess.Popen`` of ``args``.
     """
+
+    def start() -> Any:
+        if log is None:
+            return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        from forked_cli import ForkedCli
+
+        assert args[: len(LEDGER_CLI)] == LEDGER_CLI, args
+        return ForkedCli(args[len(LEDGER_CLI) :], env, log)
+
     made = 0
-    while made < kills:
+    for moment in spread(rng, kills, 0.0, delay):
         before = progress()
-        proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = start()
         deadline = time.monotonic() + 120
         while progress() <= before + grow and proc.poll() is None and (time.monotonic() < deadline):
-            time.sleep(0.02)  # wait for this session's first calls
-        time.sleep(rng.uniform(0.0, delay))
+            time.sleep(0.05)  # wait for this session's first calls (each look reads the ledger)
+        time.sleep(moment)
         if proc.poll() is not None:
             _out, err = proc.communicate()
             assert proc.returncode == 0, err.decode()
@@ -161,8 +205,9 @@ def sigkill_sessions(
         proc.send_signal(signal.SIGKILL)
         proc.communicate()
         made += 1
-    done = subprocess.run(args, env=env, capture_output=True, timeout=600)
-    assert done.returncode == 0, done.stderr.decode()
+    proc = start()
+    _out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err.decode()
     return made
 
 
