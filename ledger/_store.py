@@ -119,6 +119,10 @@ CREATE TABLE tree (
 """
 
 
+BLOBS_PER_QUERY = 500
+"""Digests looked up per query by :meth:`Ledger.read_blobs` (SQLite allows 32,766 variables)."""
+
+
 def check_origin(origin: str) -> str:
     """Return ``origin`` if it is a valid checkpoint origin (non-empty, no spaces or '+')."""
     if (
@@ -1297,6 +1301,31 @@ class Ledger:
         if row is None:
             raise LedgerError(f"{self.path}: no blob {sha256}")
         return bytes(row[0])
+
+    def read_blobs(self, digests: Iterable[str]) -> dict[str, bytes]:
+        """Several blobs' contents by hex SHA-256, as :meth:`blob` gives each, in few queries.
+
+        Returns ``{digest: content}`` (digests in lower case). One query per
+        :data:`BLOBS_PER_QUERY` distinct digests instead of one per blob, so a command that
+        reads many (``ledger score``: a batch of responses) does not pay a statement, or on
+        PostgreSQL a round trip, for each. Raises :class:`LedgerError` naming the first digest
+        that is not stored.
+        """
+        wanted = list(dict.fromkeys(d.lower() for d in digests))
+        found: dict[str, bytes] = {}
+        pg = self.engine == "postgresql"
+        with self._errors():
+            for start in range(0, len(wanted), BLOBS_PER_QUERY):
+                part = wanted[start : start + BLOBS_PER_QUERY]
+                args: list[Any] = [part] if pg else part
+                where = "= ANY(?)" if pg else f"IN ({','.join('?' * len(part))})"
+                sql = f"SELECT sha256, data FROM blobs WHERE sha256 {where}"
+                for digest, data in self._conn.execute(sql, args):
+                    found[digest] = open_blob(bytes(data))
+        for digest in wanted:
+            if digest not in found:
+                raise LedgerError(f"{self.path}: no blob {digest}")
+        return found
 
     def has_blob(self, sha256: str) -> bool:
         """True when a blob with this SHA-256 is stored."""
