@@ -33,7 +33,7 @@ from analysis._score import (
     score_parsed,
     score_record,
 )
-from ledger import Event, EventSpec, Ledger, SigningKey
+from ledger import Event, EventSpec, Ledger, SigningKey, canonical_json
 from runner import (
     Glyph,
     StudyError,
@@ -120,7 +120,7 @@ def batch_message(line: bytes) -> bytes:
 
 def scores_digest(pairs: list[tuple[int, str]]) -> str:
     """SHA-256 of the canonical JSON list ``[[response_seq, scores_sha256], ...]`` by seq."""
-    return hashlib.sha256(rfc8785.dumps([[s, h] for s, h in sorted(pairs)])).hexdigest()
+    return hashlib.sha256(canonical_json([[s, h] for s, h in sorted(pairs)])).hexdigest()
 
 
 @dataclass(frozen=True)
