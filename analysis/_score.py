@@ -33,6 +33,7 @@ from typing import Any, Final, NamedTuple, TypeAlias, cast
 import rfc8785
 
 from analysis._parse import PARSERS, AnswerRow, Parsed, ParserConfig, Status, normalize_text
+from ledger import CanonicalError, canonical_json
 from runner import EXPECTED_ORIENTATIONS, NOT_A_TUMBLING_E_CHART, Glyph
 
 __all__ = [
@@ -100,9 +101,22 @@ class Item:
         return out
 
 
+def _canonical_bytes(value: Any) -> bytes:
+    """RFC 8785 bytes of ``value``: the ledger's encoder (in C for what items hold).
+
+    :func:`ledger.canonical_json` writes the same bytes as ``rfc8785.dumps`` (checked against it
+    in ``tests/ledger/test_canonical.py``); what it refuses goes to the reference, which raises
+    its own error, as before.
+    """
+    try:
+        return canonical_json(value)
+    except CanonicalError:
+        return bytes(rfc8785.dumps(value))
+
+
 def canonical_items(items: Sequence[Item]) -> bytes:
     """RFC 8785 canonical JSON (UTF-8) of the array of the items' :meth:`Item.as_dict`."""
-    return bytes(rfc8785.dumps([item.as_dict() for item in items]))
+    return _canonical_bytes([item.as_dict() for item in items])
 
 
 class ScoreRecord(NamedTuple):
@@ -249,7 +263,7 @@ def _item_bytes(glyph: Glyph, answer: str | None) -> bytes:
         answered=answer is not None,
         correct=answer == glyph.orientation,
     )
-    return bytes(rfc8785.dumps(item.as_dict()))
+    return _canonical_bytes(item.as_dict())
 
 
 _FRAGMENTS_PER_GLYPH: Final = 16

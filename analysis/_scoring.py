@@ -33,7 +33,7 @@ from analysis._score import (
     score_parsed,
     score_record,
 )
-from ledger import Event, EventSpec, Ledger, SigningKey
+from ledger import Event, EventSpec, Ledger, SigningKey, canonical_json
 from runner import (
     Glyph,
     StudyError,
@@ -120,7 +120,7 @@ def batch_message(line: bytes) -> bytes:
 
 def scores_digest(pairs: list[tuple[int, str]]) -> str:
     """SHA-256 of the canonical JSON list ``[[response_seq, scores_sha256], ...]`` by seq."""
-    return hashlib.sha256(rfc8785.dumps([[s, h] for s, h in sorted(pairs)])).hexdigest()
+    return hashlib.sha256(canonical_json([[s, h] for s, h in sorted(pairs)])).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -170,9 +170,10 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
         judges = Judges(study, log) if study.parser.startswith("judge:") else None
         ddx_work = _step_work(study, log) if study.ddx is not None else None
         unjudged = 0
-        for seq, request_seq, response_blob, response_format in seen.responded:
-            if seq in scored:
-                continue
+        read = config.reader() if judges is None and ddx_work is None else None
+        todo = [r for r in seen.responded if r[0] not in scored]
+        bodies: dict[str, bytes] = {}
+        for index, (seq, request_seq, response_blob, response_format) in enumerate(todo):
             trial_id, arm, stimulus, variant = requests[request_seq]
             if ddx_work is not None:  # docs/scoring.md §12: scored from the recorded steps
                 from analysis._ddx import score_trial
@@ -230,49 +231,44 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                 continue
             if response_blob is None:
                 raise StudyError(f"{root}: trial.responded seq {seq} has no response blob")
-            blind = BlindTrial(
-                response_seq=seq,
-                arm_code=codes[arm],
-                stimulus=stimulus,
-                raw=log.blob(response_blob),
-                format=response_format,
-                variant=variant,
-            )
+            assert read is not None  # the study's own parser (neither judges nor steps)
+            if response_blob not in bodies:  # the responses of the next batch, in few queries
+                bodies = log.read_blobs(r[2] for r in todo[index : index + BATCH] if r[2])
             order: str | None = None
             answer: list[Glyph] | ChartTruth | str
-            if blind.variant is None:
-                answer = truth[blind.stimulus]
+            if variant is None:
+                answer = truth[stimulus]
                 if not isinstance(answer, str) and config.parser == "tumbling-e-json":
-                    chart = charts.get(blind.stimulus)
+                    chart = charts.get(stimulus)
                     if chart is None:  # checked and prepared once per stimulus
-                        chart = charts[blind.stimulus] = prepare_chart(answer)
+                        chart = charts[stimulus] = prepare_chart(answer)
                     answer = chart
             else:  # docs/variants.md §5: the varied item's (remapped) key
-                answer, order = varied[(blind.stimulus, blind.variant)]
-            rec = record_blind(blind, config, answer)
+                answer, order = varied[(stimulus, variant)]
+            # the scorer sees the response, its format and the stimulus's truth: the blind
+            # record of record_blind, without building a BlindTrial for each response
+            raw, fmt = unwrap_batch(bodies[response_blob], response_format)
+            rec = score_record(read(raw, fmt), config.parser, answer)
             digest = rec.sha256
             by_status[rec.status] = by_status.get(rec.status, 0) + 1
-            specs.append(
-                EventSpec(
-                    "trial.scored",
-                    {
-                        "response_seq": blind.response_seq,
-                        "arm_code": blind.arm_code,
-                        "stimulus": blind.stimulus,
-                        **({"variant": blind.variant} if blind.variant is not None else {}),
-                        **({"order": order} if order is not None else {}),
-                        "parser": study.parser,
-                        "status": rec.status,
-                        "n_items": rec.n_items,
-                        "n_answered": rec.n_answered,
-                        "n_correct": rec.n_correct,
-                        "scores_sha256": digest,
-                        "problems": _problems(rec.problems, private),
-                    },
-                    {"scores": rec.items_bytes},
-                )
-            )
-            scored[blind.response_seq] = digest
+            body: dict[str, Any] = {
+                "response_seq": seq,
+                "arm_code": codes[arm],
+                "stimulus": stimulus,
+            }
+            if variant is not None:
+                body["variant"] = variant
+            if order is not None:
+                body["order"] = order
+            body["parser"] = study.parser
+            body["status"] = rec.status
+            body["n_items"] = rec.n_items
+            body["n_answered"] = rec.n_answered
+            body["n_correct"] = rec.n_correct
+            body["scores_sha256"] = digest
+            body["problems"] = _problems(rec.problems, private)
+            specs.append(EventSpec("trial.scored", body, {"scores": rec.items_bytes}))
+            scored[seq] = digest
             count += 1
             if len(specs) >= BATCH:
                 _note_digests(scored, log.append_many(specs, key=key))

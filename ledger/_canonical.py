@@ -56,12 +56,25 @@ def _scan(value: Any) -> int:
         # NaN and the infinities go the reference way, which refuses them
         return _FLOATS if math.isfinite(value) else _REFERENCE
     found = _PLAIN
+    # Members and items that are strings, integers, null or booleans (most of them) are
+    # checked here, as _scan would check them, without a call each.
     if kind is dict:
         for key, sub in value.items():
             if type(key) is not str:
                 raise CanonicalError(f"object keys must be strings, got {key!r}")
             if not _bmp(key):
                 return _REFERENCE
+            sub_kind = type(sub)
+            if sub_kind is str:
+                if sub.isascii() or _bmp(sub):
+                    continue
+                return _REFERENCE
+            if sub_kind is int:
+                if -MAX_SAFE_INTEGER <= sub <= MAX_SAFE_INTEGER:
+                    continue
+                raise CanonicalError(_big_int_message(sub))
+            if sub is None or sub_kind is bool:
+                continue
             inner = _scan(sub)
             if inner == _REFERENCE:
                 return _REFERENCE
@@ -70,6 +83,17 @@ def _scan(value: Any) -> int:
         return found
     if kind is list or kind is tuple:
         for item in value:
+            item_kind = type(item)
+            if item_kind is str:
+                if item.isascii() or _bmp(item):
+                    continue
+                return _REFERENCE
+            if item_kind is int:
+                if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+                    continue
+                raise CanonicalError(_big_int_message(item))
+            if item is None or item_kind is bool:
+                continue
             inner = _scan(item)
             if inner == _REFERENCE:
                 return _REFERENCE
@@ -157,6 +181,9 @@ def loads_json(data: bytes | str) -> Any:
     The same result and errors as ``json.loads(data, parse_int=...)``, without building a
     decoder per call.
     """
+    if type(data) is bytes and data[:1] == b"{" and data[1:2] != b"\x00":
+        # what json.detect_encoding says of bytes that open an object with a non-NUL byte
+        return _DECODER.decode(data.decode("utf-8", "surrogatepass"))
     if isinstance(data, bytes | bytearray):
         return _DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
     if isinstance(data, str) and not data.startswith("\ufeff"):

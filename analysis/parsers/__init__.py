@@ -101,6 +101,30 @@ class ParserConfig:
             self.check()
         return entry.parse(text, self.letters, self.mode)
 
+    def reader(self) -> Callable[[bytes, str], Parsed]:
+        """:func:`parse_response` with these settings, checked once: ``read(raw, format)``.
+
+        For scoring many responses with one study's parser: the same result as
+        ``parse_response(raw, format, self)`` for every body, without looking the parser up
+        and checking the settings again for each. Raises as :meth:`check` does.
+        """
+        self.check()
+        entry = _entry(self.parser)
+        letters, mode = self.letters, self.mode
+        read_body = entry.read_body
+        if read_body is not None:
+            return lambda raw, format: read_body(raw, format, letters)
+        parse = entry.parse
+
+        def read(raw: bytes, format: str) -> Parsed:
+            try:
+                text = response_text(raw, format)
+            except ParseError as exc:
+                return _unparseable(str(exc))
+            return parse(text, letters, mode)
+
+        return read
+
 
 def parse_response(raw: bytes, format: str, parser: str | ParserConfig) -> Parsed:
     """Take the text from a stored body with :func:`response_text` and parse it.

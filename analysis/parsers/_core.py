@@ -266,6 +266,9 @@ def _int(literal: str) -> int:
 _DECODER: Final = json.JSONDecoder(
     object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_int
 )
+_SHORT_DECODER: Final = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant)
+""":data:`_DECODER` for a text of at most :data:`MAX_INT_DIGITS` characters: no integer literal
+in it can be refused, so its integers are read in C (``int``), to the same values."""
 
 
 @dataclass(frozen=True)
@@ -280,16 +283,25 @@ def _scan_json(text: str) -> _Scan:
     first_error: str | None = None
     index = 0
     length = len(text)
+    decode = (_SHORT_DECODER if length <= MAX_INT_DIGITS else _DECODER).raw_decode
     # An array can only parse if a "]" follows its "[": past the last one, a "[" is skipped
     # without calling the decoder (same outcome, without retrying a deep nest at every "[").
     last_close = text.rfind("]")
+    find = text.find
     while index < length:
+        # the next "{", or "[" before the last "]": where the decoder is tried (the characters
+        # in between are skipped without a Python step each)
+        brace = find("{", index)
+        bracket = find("[", index, last_close) if index < last_close else -1
+        if bracket >= 0 and (brace < 0 or bracket < brace):
+            index = bracket
+        elif brace >= 0:
+            index = brace
+        else:
+            break
         char = text[index]
-        if char not in "{[" or (char == "[" and index > last_close):
-            index += 1
-            continue
         try:
-            value, end = _DECODER.raw_decode(text, index)
+            value, end = decode(text, index)
         except (ValueError, RecursionError) as exc:
             if first_error is None and char == "{":
                 reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)

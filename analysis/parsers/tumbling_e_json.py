@@ -6,6 +6,7 @@ The answers are orientations, one per glyph, so its closed answer set is UP RIGH
 from __future__ import annotations
 
 import json
+from itertools import chain
 from typing import Any, Final
 
 from analysis.parsers._base import ResponseParser
@@ -19,7 +20,6 @@ from analysis.parsers._core import (
     _ascii_lower,
     _ascii_upper,
     _json_type,
-    _markup_free,
     _refusal,
     _same_json,
     _scan_json,
@@ -30,6 +30,11 @@ __all__ = ["PARSER", "parse_tumbling_e"]
 
 _CANONICAL: Final = frozenset(ORIENTATIONS)
 """Items that normalise to themselves (stripped and upper-cased, each is already itself)."""
+
+_BLANK: Final = _SPACE + "*`"
+"""What ``_markup_free(text).strip(_SPACE)`` leaves nothing of: it drops ``*`` and backquotes
+and maps other characters only to non-blank ones, so a text is empty after it exactly when
+every character is white space, ``*`` or a backquote."""
 
 
 def parse_tumbling_e(text: str) -> Parsed:
@@ -42,7 +47,7 @@ def parse_tumbling_e(text: str) -> Parsed:
     text without an answer object is ``"refused"`` if a refusal pattern matches and
     ``"unparseable"`` otherwise.
     """
-    if not _markup_free(text).strip(_SPACE):
+    if not text.strip(_BLANK):  # nothing left once markup and white space are dropped
         return _unparseable("empty response")
     scan = _scan_json(text)
     candidates = [
@@ -110,6 +115,15 @@ def _read_answer_object(obj: dict[str, Any]) -> Parsed:
 
 
 def _read_rows(entries: list[Any], problems: list[str]) -> list[AnswerRow]:
+    """The answer rows of ``rows`` (``docs/scoring.md`` 4.5), with what is wrong in ``problems``."""
+    usual = _usual_rows(entries)
+    if usual is not None:
+        return usual
+    return _rows_one_by_one(entries, problems)
+
+
+def _rows_one_by_one(entries: list[Any], problems: list[str]) -> list[AnswerRow]:
+    """:func:`_read_rows` checking each entry and item in turn (any ``rows``, usual or not)."""
     read: dict[int, list[AnswerRow]] = {}
     for index, entry in enumerate(entries):
         if not isinstance(entry, dict):
@@ -159,6 +173,48 @@ def _read_rows(entries: list[Any], problems: list[str]) -> list[AnswerRow]:
             continue
         answers.append(read[number][0])
     return answers
+
+
+def _usual_rows(entries: list[Any]) -> list[AnswerRow] | None:
+    """The rows of the usual answer, read without a Python step per check; else None.
+
+    Usual: every entry an object with a ``row`` and an ``orientations`` member, the row numbers
+    positive integers (not booleans), each once, every orientations an array of orientations
+    already in capitals. :func:`_rows_one_by_one` reads such rows with no problem, each as it
+    is, in row order: the same rows are returned here. Anything else (None) takes the
+    checks one by one, which say what is wrong.
+    """
+    if not entries:
+        return None
+    try:
+        numbers = [entry["row"] for entry in entries]
+        lists = [entry["orientations"] for entry in entries]
+    except (TypeError, KeyError):  # an entry that is not an object, or without the member
+        return None
+    if (
+        set(map(type, numbers)) != _INT
+        or min(numbers) < 1
+        or len(set(numbers)) != len(numbers)
+        or set(map(type, lists)) != _LIST
+    ):
+        return None
+    try:
+        if not _CANONICAL.issuperset(chain.from_iterable(lists)):
+            return None
+    except TypeError:  # an array or object among the items
+        return None
+    rows = list(map(AnswerRow, numbers, map(tuple, lists)))
+    if numbers != sorted(numbers):
+        rows.sort(key=_row_number)
+    return rows
+
+
+_INT: Final = {int}
+_LIST: Final = {list}
+
+
+def _row_number(row: AnswerRow) -> int:
+    return row.row
 
 
 def _configured(text: str, letters: str, mode: str) -> Parsed:

@@ -436,6 +436,120 @@ def test_integer_digit_limit() -> None:
     assert "more than 4300 digits" in parsed.problems[-1]
 
 
+_ROW_NUMBERS = st.one_of(
+    st.integers(min_value=-2, max_value=12), st.booleans(), st.none(), st.just(1.0), st.text()
+)
+_ROW_ITEMS = st.one_of(
+    st.sampled_from(["UP", "RIGHT", "DOWN", "LEFT", " up", "Left\n", "SIDEWAYS", ""]),
+    st.integers(),
+    st.none(),
+    st.lists(st.just("UP"), max_size=2),
+    st.dictionaries(st.just("x"), st.just("UP"), max_size=1),
+)
+_ROW_ENTRIES = st.one_of(
+    st.fixed_dictionaries(
+        {"row": _ROW_NUMBERS, "orientations": st.lists(_ROW_ITEMS, max_size=4)},
+    ),
+    st.fixed_dictionaries({"row": _ROW_NUMBERS}, optional={"orientations": _ROW_ITEMS}),
+    st.fixed_dictionaries({"orientations": st.lists(st.sampled_from(["UP", "LEFT"]), max_size=3)}),
+    st.sampled_from([None, 3, "row", []]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_ROW_ENTRIES, max_size=6))
+def test_usual_rows_read_as_one_by_one(entries: list[Any]) -> None:
+    """The usual rows, read at once, are exactly what the checks one by one read (no problem)."""
+    from analysis.parsers.tumbling_e_json import _read_rows, _rows_one_by_one, _usual_rows
+
+    slow_problems: list[str] = []
+    slow = _rows_one_by_one(entries, slow_problems)
+    usual = _usual_rows(entries)
+    if usual is not None:
+        assert usual == slow
+        assert slow_problems == []
+    problems: list[str] = []
+    assert _read_rows(entries, problems) == slow
+    assert problems == slow_problems
+
+
+def test_usual_rows_in_any_order() -> None:
+    """Rows given out of order, each once, come back in row order without a problem."""
+    from analysis.parsers.tumbling_e_json import _usual_rows
+
+    entries = [
+        {"row": 2, "orientations": ["RIGHT", "DOWN"]},
+        {"row": 1, "orientations": ["UP"]},
+    ]
+    usual = _usual_rows(entries)
+    assert usual is not None
+    assert [(r.row, r.values) for r in usual] == [(1, ("UP",)), (2, ("RIGHT", "DOWN"))]
+    assert _usual_rows([{"row": True, "orientations": ["UP"]}]) is None  # true is not a number
+    assert _usual_rows([*entries, {"row": 1, "orientations": ["UP"]}]) is None  # row 1 twice
+
+
+def _scan_reference(text: str) -> tuple[tuple[tuple[int, Any], ...], str | None]:
+    """docs/scoring.md 4.2 step by step, one character at a time (the scan's reference)."""
+    from analysis.parsers._core import _DECODER, MAX_DEPTH, _depth
+
+    values: list[tuple[int, Any]] = []
+    first_error = None
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char not in "{[":
+            i += 1
+            continue
+        try:
+            value, end = _DECODER.raw_decode(text, i)
+        except (ValueError, RecursionError) as exc:
+            if first_error is None and char == "{":
+                reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+                if isinstance(exc, RecursionError):
+                    reason = "nested too deeply"
+                first_error = f"JSON object at character {i} does not parse: {reason}"
+            i += 1
+            continue
+        if _depth(value) > MAX_DEPTH:
+            if first_error is None and char == "{":
+                first_error = f"JSON object at character {i} is nested deeper than 64 levels"
+            i += 1
+            continue
+        values.append((i, value))
+        i = end
+    return tuple(values), first_error
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(
+                ["{", "}", "[", "]", '"', ":", ",", " ", "x", "1", "[1]", '{"a": 1}', '"]"']
+            ),
+            st.sampled_from(['{"rows": []}', '{"a": 1, "a": 2}', "[[[", "NaN", '{"b": [}']),
+        ),
+        max_size=30,
+    ).map("".join)
+)
+def test_scan_finds_what_the_documented_scan_finds(text: str) -> None:
+    """The scan that jumps to the next "{" or "[" finds the values and error of 4.2's steps."""
+    from analysis.parsers._core import _scan_json
+
+    scan = _scan_json(text)
+    values, first_error = _scan_reference(text)
+    assert [offset for offset, _ in scan.values] == [offset for offset, _ in values]
+    assert json.dumps([v for _, v in scan.values]) == json.dumps([v for _, v in values])
+    assert scan.first_error == first_error
+
+
+def test_empty_after_markup_is_empty() -> None:
+    """Markup and white space alone is an empty response; a dash or quote is not."""
+    assert parse_tumbling_e(" ** `` \r\n\t").problems == ("empty response",)
+    for text in ("\u2014", "\u2019", "-"):
+        assert parse_tumbling_e(f"`{text}`").problems != ("empty response",)
+
+
 def test_equal_answer_objects_are_compared_as_json() -> None:
     reordered = '{"rows": [{"orientations": ["UP"], "row": 1.0}], "chart_type": "tumbling-e"}'
     first = '{"chart_type": "tumbling-e", "rows": [{"row": 1, "orientations": ["UP"]}]}'

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import struct
 from typing import Any
@@ -149,7 +150,10 @@ def test_utf16_key_order_differs_from_code_point_order() -> None:
     )
 
 
-@pytest.mark.parametrize("value", [2**53, -(2**53), {"seed": 12345678901234567890}])
+@pytest.mark.parametrize(
+    "value",
+    [2**53, -(2**53), {"seed": 12345678901234567890}, [0, 2**53], {"a": ["x", -(2**53)]}],
+)
 def test_big_integers_are_refused_with_advice(value: Any) -> None:
     with pytest.raises(CanonicalError, match="write it as a decimal string"):
         canonical_json(value)
@@ -259,3 +263,32 @@ def test_invalid_calendar_time_is_refused() -> None:
             body={},
             blobs={},
         )
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"a": 1, "big": 100000000000000000000}',
+        b"{}",
+        b"{",
+        '{"é": "ü"}'.encode(),
+        '{"a": 1}'.encode("utf-16-le"),
+        '{"a": 1}'.encode("utf-16"),
+        b'\xef\xbb\xbf{"a": 1}',
+        b'{"a": "\xed\xa0\x80"}',
+    ],
+)
+def test_loads_json_reads_bytes_as_json_loads_does(data: bytes) -> None:
+    """The shortcut for bytes opening an object gives json.loads's value, or its error."""
+
+    def reference() -> Any:
+        text = data.decode(json.detect_encoding(data), "surrogatepass")
+        return json.loads(text, parse_int=lambda t: int(t) if abs(int(t)) <= SAFE else float(t))
+
+    try:
+        expected = reference()
+    except ValueError as exc:
+        with pytest.raises(type(exc)):
+            loads_json(data)
+        return
+    assert loads_json(data) == expected

@@ -83,6 +83,8 @@ def test_the_store_seals_what_the_locked_policy_names(
         event = log.append("step.requested", body, key=key, blobs={"request": b"{}"})
         stored = log.stored_blob(event.blobs["request"])
         assert is_sealed(stored) and log.blob(event.blobs["request"]) == b"{}"
+        both = [event.blobs["request"], before.blobs["request"].upper()]
+        assert log.read_blobs(both) == {d.lower(): b"{}" for d in both}  # contents, unsealed
         assert event.body["request_sha256"] == event.blobs["request"] != body["request_sha256"]
         kept = log.append("step.responded", {}, key=key, blobs={"response": b"x"})
         assert kept.blobs["response"] == hashlib.sha256(b"x").hexdigest()  # not named: plain

@@ -20,7 +20,7 @@ from helpers import fixed_clock, fixed_key
 from locations import REPO
 from pg_server import PW_USER, PW_USER_PASSWORD
 
-from ledger import EventSpec, Ledger, SchemaVersionError, StoreError, copy_ledger
+from ledger import EventSpec, Ledger, LedgerError, SchemaVersionError, StoreError, copy_ledger
 from ledger.cli import main
 from verify import verify_ledger_file
 
@@ -47,6 +47,34 @@ def fill(log: Ledger, key: Any, batches: int = 6) -> None:
         )
         if b % 2:
             log.sign_checkpoint(key)
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
+def test_read_blobs_reads_in_few_queries_what_blob_reads(
+    pg_server: Any, tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``read_blobs``: each blob as ``blob`` gives it, over several queries, a missing one named."""
+    import ledger._store
+
+    monkeypatch.setattr(ledger._store, "BLOBS_PER_QUERY", 3)  # 8 distinct digests: 3 queries
+    key = fixed_key("example.org/owner")
+    where: Any = tmp_path / "a.db" if engine == "sqlite" else pg_server.url(schema=schema())
+    with Ledger.create(where, origin="example.org/s", key=key, clock=fixed_clock()) as log:
+        events = log.append_many(
+            [
+                EventSpec("artifact.locked", {"i": i}, {"data": f"blob {i % 8}".encode()})
+                for i in range(10)
+            ],
+            key=key,
+        )
+        digests = [e.blobs["data"] for e in events]
+        found = log.read_blobs([d.upper() for d in digests])
+        assert found == {d: log.blob(d) for d in digests}
+        assert len(found) == 8 and found[digests[9]] == b"blob 1"
+        assert log.read_blobs([]) == {}
+        missing = "0" * 64
+        with pytest.raises(LedgerError, match=f"no blob {missing}"):
+            log.read_blobs([*digests, missing])
 
 
 def test_the_same_events_make_the_same_log_on_both_engines(pg_server: Any, tmp_path: Path) -> None:

@@ -395,3 +395,30 @@ def test_bench_scale_runs_every_command_on_a_small_study() -> None:
         assert row is not None, (command, result.stdout)
         assert float(row.group(1)) > 0 and int(row.group(2)) > 0, row.group(0)
     assert "EXIT" not in result.stdout, result.stdout
+
+
+def test_bench_score_reports_score_parse_and_sign_per_trial(tmp_path: Path) -> None:
+    """bench_score on 70 trials: the score, the parser alone and a signature, with both ratios."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_score.py"),
+            "--trials",
+            "70",
+            "--rounds",
+            "2",
+            "--cache",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    assert "70 trials scored, 2 round(s)" in result.stdout, result.stdout
+    for label in ("score", "parse", "sign"):
+        row = re.search(rf"^  {label} +([\d.]+) us", result.stdout, re.M)
+        assert row is not None and float(row.group(1)) > 0, (label, result.stdout)
+    assert re.search(
+        r"x of the target \(10,000 trials/s\); score [\d.]+x of parse \+ sign", result.stdout
+    )
