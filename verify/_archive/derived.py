@@ -104,7 +104,7 @@ def _step_row(
     of retries).
     """
     b = a.body(seq)
-    kind = str((a.envs[out] or {}).get("kind")) if out is not None else ""
+    kind = str(a.envs.kind(out)) if out is not None else ""
     ob = a.body(out) if out is not None else {}
     plan = plans.get(str(b.get("step")))
     vote, final = "", False
@@ -221,8 +221,7 @@ _ATTEMPTS_HEADER = [
 def _attempt_row(a: Archive, seq: int, out: int | None) -> list[str]:
     """The ``trials/attempts.csv`` row of the trial.requested at ``seq``, its outcome at ``out``."""
     b = a.body(seq)
-    env = a.envs[out] if out is not None else None
-    kind = env.get("kind") if env is not None else None
+    kind = a.envs.kind(out) if out is not None else None
     ob = a.body(out) if out is not None else {}
     final = kind == "trial.responded" or bool(ob.get("final")) if out is not None else False
     return [

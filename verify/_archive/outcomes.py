@@ -37,8 +37,7 @@ def _check_outcome_events(
     outcomes: dict[int, list[int]] = {seq: [] for seq in requests}
     final: dict[str, list[int]] = {}
     for seq in sorted(a.of_kind("trial.responded") + a.of_kind("trial.failed")):
-        env = a.envs[seq]
-        kind = env.get("kind") if env is not None else None
+        kind = a.envs.kind(seq)
         body = a.body(seq)
         rseq = body.get("request_seq")
         if type(rseq) is not int or rseq not in requests or rseq >= seq:

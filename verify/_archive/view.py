@@ -13,20 +13,12 @@ from verify._envelope import is_hex64
 from verify._items import ItemError
 from verify._privacy import Withheld
 from verify._prompts import RESERVED_COMPONENTS, LockedStudy, PromptError
+from verify._reader.columns import EventColumns
 from verify._reader.files import MAX_PARSED_BYTES, show
 from verify._reader.names import sha_hex
 from verify._sealed import content_of
 
 __all__ = ["Archive"]
-
-
-def _by_kind(envs: list[dict[str, Any] | None]) -> dict[str, list[int]]:
-    """The seqs of each kind's events, ascending."""
-    by_kind: dict[str, list[int]] = {}
-    for seq, env in enumerate(envs):
-        if env is not None and type(env.get("kind")) is str:
-            by_kind.setdefault(env["kind"], []).append(seq)
-    return by_kind
 
 
 class Archive:
@@ -39,7 +31,7 @@ class Archive:
         self.key_files = {re.sub(r"[/:+]", "_", actor) + ".vkey" for actor in run.registry.keys}
         self.roles = {actor: rec.role for actor, rec in run.registry.keys.items()}
         self.hashes = run.files.hashes
-        self.envs: list[dict[str, Any] | None] = run.envs
+        self.envs: EventColumns = run.envs  # packed: envs[seq] rebuilds one envelope
         self.n = len(run.envs)
         self.current: int | None = None  # the last event read (named if a check stops on it)
         self._unread: dict[str, str] = {}
@@ -52,7 +44,7 @@ class Archive:
         self.witness_quorum: int | None = None
         self.witness_skew = 300.0
         self.tsa_roots: bytes | None = None  # ``--tsa-cert``: PEM root certificates
-        self.by_kind = _by_kind(self.envs)
+        self.by_kind = self.envs.kinds()  # the seqs of each kind's events, ascending
         # the protocol in force is the last protocol.locked: a study locked in phases has one
         # per phase, each holding the whole plan (docs/study-spec.md, "Phases")
         locked = self.of_kind("protocol.locked")
@@ -90,15 +82,13 @@ class Archive:
     def body(self, seq: int) -> dict[str, Any]:
         """Event ``seq``'s body, or ``{}`` when it is unreadable or not an object."""
         self.current = seq
-        env = self.envs[seq]
-        body = env.get("body") if env is not None else None
+        body = self.envs.body(seq)
         return body if type(body) is dict else {}
 
     def blob_ref(self, seq: int, name: str) -> str | None:
         """The address event ``seq`` gives its blob ``name``, or ``None``."""
         self.current = seq
-        env = self.envs[seq]
-        blobs = env.get("blobs") if env is not None else None
+        blobs = self.envs.blobs(seq)
         digest = blobs.get(name) if type(blobs) is dict else None
         return digest if is_hex64(digest) else None
 
