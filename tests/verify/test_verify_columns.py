@@ -91,10 +91,17 @@ def test_unusual_envelopes_keep_their_prev_seq_and_member_order() -> None:
     shuffled = {k: env[k] for k in reversed(list(env))}
     columns = EventColumns()
     columns.append(shuffled)
+    for time in ("2026-11-28T10:00:00Z", "2026-11-28T10:00:00.00000\u00e9Z", 17):
+        columns.append({**envelope(len(columns)), "time": time})
     got = columns[0]
     assert got == shuffled and list(got or {}) == list(shuffled)
     assert columns.seq(0) == 9 and columns.actor(0) == env["actor"]
     assert columns.time(0) == env["time"]
+    assert [columns.time(i) for i in (1, 2, 3)] == [
+        "2026-11-28T10:00:00Z",
+        "2026-11-28T10:00:00.00000\u00e9Z",
+        17,
+    ]
 
 
 def test_a_body_read_twice_is_one_dict_until_it_is_forgotten() -> None:

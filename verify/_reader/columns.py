@@ -5,7 +5,7 @@ shared envelope (or ``None``) is appended here. What is kept per event:
 
 * ``kind`` and ``actor`` as 2-byte codes into their distinct values, ``seq`` as 8 bytes and
   ``prev`` (64 lowercase hex) as its 32 bytes;
-* ``time`` as its text;
+* ``time`` as the 27 ASCII bytes of ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` in one byte string;
 * ``body`` and ``blobs`` packed: an object becomes a tuple of its values behind one shared tuple
   of its member names (every ``trial.requested`` body shares one), an array a tuple, a string of
   64 lowercase hex digits its 32 bytes (a hex string twice in one envelope is kept once).
@@ -33,6 +33,7 @@ _MEMBERS = ("actor", "blobs", "body", "kind", "prev", "seq", "time", "v")
 """The envelope's members in RFC 8785 order (a canonical line's order)."""
 _NONE = 0xFFFF  # the code of a line without a kept envelope
 _RECENT = 64  # bodies rebuilt lately, kept for a check that reads one event several times
+_TIME_BYTES = 27  # len("2026-11-22T10:00:00.123456Z"): the only form a kept envelope's time has
 
 
 class _Obj(tuple):  # type: ignore[type-arg]
@@ -106,12 +107,14 @@ class EventColumns(Sequence[dict[str, Any] | None]):
         self._actor = array("H")
         self._seq = array("q")
         self._prev = bytearray()
-        self._time: list[Any] = []
+        self._time = bytearray()
         self._body: list[Any] = []
         self._blobs: list[Any] = []
         self._names: dict[tuple[str, ...], tuple[str, ...]] = {}
-        # rare: an envelope whose prev is not 64 hex, or whose members are not in RFC 8785 order
+        # rare: an envelope whose prev is not 64 hex, whose time is not 27 ASCII characters,
+        # or whose members are not in RFC 8785 order
         self._odd_prev: dict[int, Any] = {}
+        self._odd_time: dict[int, Any] = {}
         self._odd_order: dict[int, tuple[str, ...]] = {}
         self._by_kind: dict[str, list[int]] = {}
         self._recent: dict[int, dict[str, Any]] = {}
@@ -133,7 +136,7 @@ class EventColumns(Sequence[dict[str, Any] | None]):
             self._actor.append(_NONE)
             self._seq.append(-1)
             self._prev += bytes(32)
-            self._time.append(None)
+            self._time += bytes(_TIME_BYTES)
             self._body.append(None)
             self._blobs.append(None)
             return
@@ -149,7 +152,12 @@ class EventColumns(Sequence[dict[str, Any] | None]):
             self._odd_prev[index] = prev
         if tuple(env) != _MEMBERS:
             self._odd_order[index] = tuple(env)
-        self._time.append(env["time"])
+        time = env["time"]
+        if type(time) is str and len(time) == _TIME_BYTES and time.isascii():
+            self._time += time.encode("ascii")
+        else:
+            self._time += bytes(_TIME_BYTES)
+            self._odd_time[index] = time
         packer = _Packer(self._names)
         self._body.append(packer.pack(env["body"]))
         self._blobs.append(packer.pack(env["blobs"]))
@@ -167,8 +175,9 @@ class EventColumns(Sequence[dict[str, Any] | None]):
         self._kind[index] = _NONE
         self._actor[index] = _NONE
         self._seq[index] = -1
-        self._time[index] = self._body[index] = self._blobs[index] = None
+        self._body[index] = self._blobs[index] = None
         self._odd_prev.pop(index, None)
+        self._odd_time.pop(index, None)
         self._odd_order.pop(index, None)
         self._recent.pop(index, None)
 
@@ -198,7 +207,7 @@ class EventColumns(Sequence[dict[str, Any] | None]):
             if index in self._odd_prev
             else self._prev[32 * index : 32 * index + 32].hex(),
             "seq": self._seq[index],
-            "time": self._time[index],
+            "time": self.time(index),
             "v": 1,
         }
         order = self._odd_order.get(index)
@@ -229,7 +238,12 @@ class EventColumns(Sequence[dict[str, Any] | None]):
 
     def time(self, index: int) -> Any:
         """Line ``index``'s time, or ``None`` when its envelope is not kept."""
-        return self._time[index]
+        if self._kind[index] == _NONE:
+            return None
+        if index in self._odd_time:
+            return self._odd_time[index]
+        start = _TIME_BYTES * index
+        return self._time[start : start + _TIME_BYTES].decode("ascii")
 
     def seq(self, index: int) -> int | None:
         """Line ``index``'s envelope ``seq``, or ``None`` when its envelope is not kept."""
