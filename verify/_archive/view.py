@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import hmac
 import re
 import tomllib
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from verify._archive.ledger_checks import ArchiveRun
@@ -18,7 +20,43 @@ from verify._reader.files import MAX_PARSED_BYTES, show
 from verify._reader.names import sha_hex
 from verify._sealed import content_of
 
-__all__ = ["Archive"]
+__all__ = ["Archive", "Bodies"]
+
+
+class Bodies(Mapping[int, dict[str, Any]]):
+    """The bodies of one kind's events by seq, like ``{seq: archive.body(seq) ...}``.
+
+    Nothing is held but the seqs: each body is rebuilt from the packed columns when read (a
+    body that is not an object reads as ``{}``). Looking a key up behaves as the dict would:
+    an unhashable key raises ``TypeError``, ``True`` finds seq 1.
+    """
+
+    def __init__(self, envs: EventColumns, seqs: list[int]) -> None:
+        self._envs = envs
+        self._seqs = seqs  # ascending
+
+    def _index(self, key: Any) -> int | None:
+        hash(key)  # as a dict lookup: an unhashable key is a TypeError
+        if not isinstance(key, (int, float)):
+            return None
+        i = bisect.bisect_left(self._seqs, key)
+        return i if i < len(self._seqs) and self._seqs[i] == key else None
+
+    def __getitem__(self, key: Any) -> dict[str, Any]:
+        i = self._index(key)
+        if i is None:
+            raise KeyError(key)
+        body = self._envs.body(self._seqs[i])
+        return body if type(body) is dict else {}
+
+    def __contains__(self, key: object) -> bool:
+        return self._index(key) is not None
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._seqs)
+
+    def __len__(self) -> int:
+        return len(self._seqs)
 
 
 class Archive:
@@ -78,6 +116,10 @@ class Archive:
     def of_kind(self, kind: str) -> list[int]:
         """The seqs of the events of ``kind``, ascending."""
         return self.by_kind.get(kind, [])
+
+    def bodies(self, kind: str) -> Bodies:
+        """The bodies of the events of ``kind`` by seq, each rebuilt when read (none held)."""
+        return Bodies(self.envs, self.of_kind(kind))
 
     def body(self, seq: int) -> dict[str, Any]:
         """Event ``seq``'s body, or ``{}`` when it is unreadable or not an object."""
