@@ -114,3 +114,22 @@ def test_a_body_read_twice_is_one_dict_until_it_is_forgotten() -> None:
         columns.body(i)
     again = columns.body(0)
     assert again == first and again is not first
+
+
+def test_bodies_by_seq_look_up_as_the_dict_of_those_bodies_would() -> None:
+    from verify._archive.view import Bodies
+
+    columns = EventColumns()
+    for i in range(6):
+        columns.append(envelope(i, kind="trial.requested" if i % 2 else "trial.responded"))
+    seqs = columns.of_kind("trial.requested")
+    bodies = Bodies(columns, seqs)
+    as_dict = {seq: columns.body(seq) for seq in seqs}
+    assert dict(bodies) == as_dict and list(bodies) == [1, 3, 5] and len(bodies) == 3
+    for key in (1, 2, 5, 6, -1, True, 1.0, 3.5, "1", None):
+        assert (key in bodies) == (key in as_dict), key
+        assert bodies.get(key, "absent") == as_dict.get(key, "absent"), key
+    with pytest.raises(TypeError):
+        bodies.get([1])  # type: ignore[call-overload]
+    with pytest.raises(KeyError):
+        bodies[2]
