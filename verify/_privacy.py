@@ -98,9 +98,17 @@ def _listing(names: Sequence[str]) -> str:
     return hashlib.sha256("".join(f"{n}\n" for n in sorted(names)).encode("ascii")).hexdigest()
 
 
+def _of_kind(envs: Sequence[dict[str, Any] | None], kind: str) -> list[dict[str, Any]]:
+    """The envelopes of ``kind``, in order (through the packed columns' index when it has one)."""
+    of_kind = getattr(envs, "of_kind", None)
+    if of_kind is not None:
+        return [env for seq in of_kind(kind) if (env := envs[seq]) is not None]
+    return [e for e in envs if e is not None and e.get("kind") == kind]
+
+
 def _export_privacy(envs: Sequence[dict[str, Any] | None]) -> dict[str, Any] | None:
     """The ``privacy`` object of the last export.created, if it has one."""
-    exports = [e for e in envs if e is not None and e.get("kind") == "export.created"]
+    exports = _of_kind(envs, "export.created")
     body = exports[-1].get("body") if exports else None
     privacy = body.get("privacy") if isinstance(body, dict) else None
     return privacy if isinstance(privacy, dict) else None
@@ -148,7 +156,7 @@ def _policy_problems(
                 "(docs/privacy.md §3 lists the files each entry withholds)"
             )
             break
-    locked = [e for e in envs if e is not None and e.get("kind") == "protocol.locked"]
+    locked = _of_kind(envs, "protocol.locked")
     lbody = locked[-1].get("body") if locked else None
     lpriv = lbody.get("privacy") if isinstance(lbody, dict) else None
     if not isinstance(lpriv, dict) or lpriv.get("withhold") != privacy.get("withhold"):
@@ -393,7 +401,7 @@ def _annex_header_problem(
     export_seq: int | None,
 ) -> str | None:
     """Why the annex's header is not for this archive's study, origin and export, or None."""
-    exports = [e for e in envs if e is not None and e.get("kind") == "export.created"]
+    exports = _of_kind(envs, "export.created")
     body = exports[-1].get("body") if exports else {}
     genesis = envs[0].get("body") if envs and envs[0] is not None else {}
     study = body.get("study") if isinstance(body, dict) else None

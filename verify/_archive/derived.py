@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import csv
+import io
+import itertools
 import json
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from verify._archive.preflight import identity_notice
 from verify._archive.view import Archive
 from verify._envelope import is_hex64
 from verify._ledgerfile import _State
-from verify._reader.names import read_csv
 from verify._report import Check
 
 __all__ = ["check_derived"]
@@ -21,23 +23,60 @@ def _cell(value: Any) -> str:
 
 
 def _compare_csv(
-    st: _State, a: Archive, rel: str, header: list[str], want: list[list[str]], same: Any = None
+    st: _State,
+    a: Archive,
+    rel: str,
+    header: list[str],
+    want: Iterable[list[str]],
+    same: Any = None,
+    count: int | None = None,
+) -> None:
+    """Compare the CSV file ``rel`` with the rows ``want`` (``count`` of them, or ``len(want)``).
+
+    Neither side is held whole: the file's rows are read twice (counted, then compared) and
+    ``want`` may be a generator, made row by row (and made to its end, so an event that cannot
+    be read stops the check wherever the file ends).
+    """
+    wanted = len(want) if count is None else count  # type: ignore[arg-type]
+    expected_rows = iter(want)
+    try:
+        _compare_rows(st, a, rel, header, expected_rows, wanted, same)
+    finally:
+        for _ in expected_rows:
+            pass
+
+
+def _compare_rows(
+    st: _State,
+    a: Archive,
+    rel: str,
+    header: list[str],
+    want: Iterator[list[str]],
+    wanted: int,
+    same: Any,
 ) -> None:
     data = a.file(rel)
     if data is None:
         st.fail(a.absent(rel), where=rel)
         return
     try:
-        rows = read_csv(data)
+        text = data.decode("utf-8")
+        del data
+        lines = -1
+        first: list[str] | None = None
+        for lines, row in enumerate(csv.reader(io.StringIO(text, newline=""))):
+            if lines == 0:
+                first = row
     except (UnicodeDecodeError, csv.Error) as exc:
         st.fail(f"{rel} cannot be read: {exc}", where=rel)
         return
-    if not rows or rows[0] != header:
+    if first != header:
         st.fail(f"{rel} line 1: header is not {','.join(header)}", where=f"{rel} line 1")
         return
-    if len(rows) - 1 != len(want):
-        st.fail(f"{rel} has {len(rows) - 1} rows, the events give {len(want)}", where=rel)
-    for number, (row, expected) in enumerate(zip(rows[1:], want, strict=False), start=2):
+    if lines != wanted:
+        st.fail(f"{rel} has {lines} rows, the events give {wanted}", where=rel)
+    rows = itertools.islice(csv.reader(io.StringIO(text, newline="")), 1, None)
+    for number, (row, expected) in enumerate(zip(rows, want, strict=False), start=2):
         if row != expected and not (same is not None and same(row, expected)):
             where = f"{rel} line {number}"
             st.fail(
@@ -104,7 +143,7 @@ def _step_row(
     of retries).
     """
     b = a.body(seq)
-    kind = str((a.envs[out] or {}).get("kind")) if out is not None else ""
+    kind = str(a.envs.kind(out)) if out is not None else ""
     ob = a.body(out) if out is not None else {}
     plan = plans.get(str(b.get("step")))
     vote, final = "", False
@@ -196,12 +235,11 @@ _SCORE_MEMBERS = (
 
 def _compare_scores(st: _State, a: Archive) -> int:
     """``scores/scores.csv``: one row per trial.scored; return how many."""
-    scores = [
-        [_cell(seq)] + [_cell(a.body(seq).get(k)) for k in _SCORE_MEMBERS]
-        for seq in a.of_kind("trial.scored")
-    ]
-    _compare_csv(st, a, "scores/scores.csv", ["scored_seq", *_SCORE_MEMBERS], scores)
-    return len(scores)
+    seqs = a.of_kind("trial.scored")
+    scores = ([_cell(seq)] + [_cell(a.body(seq).get(k)) for k in _SCORE_MEMBERS] for seq in seqs)
+    header = ["scored_seq", *_SCORE_MEMBERS]
+    _compare_csv(st, a, "scores/scores.csv", header, scores, count=len(seqs))
+    return len(seqs)
 
 
 _ATTEMPTS_HEADER = [
@@ -221,8 +259,7 @@ _ATTEMPTS_HEADER = [
 def _attempt_row(a: Archive, seq: int, out: int | None) -> list[str]:
     """The ``trials/attempts.csv`` row of the trial.requested at ``seq``, its outcome at ``out``."""
     b = a.body(seq)
-    env = a.envs[out] if out is not None else None
-    kind = env.get("kind") if env is not None else None
+    kind = a.envs.kind(out) if out is not None else None
     ob = a.body(out) if out is not None else {}
     final = kind == "trial.responded" or bool(ob.get("final")) if out is not None else False
     return [
@@ -242,9 +279,10 @@ def _attempt_row(a: Archive, seq: int, out: int | None) -> list[str]:
 def _compare_attempts(st: _State, a: Archive) -> int:
     """``trials/attempts.csv``: one row per trial.requested and its outcome; return how many."""
     outcome = _outcomes(a, ("trial.responded", "trial.failed"))
-    attempts = [_attempt_row(a, seq, outcome.get(seq)) for seq in a.of_kind("trial.requested")]
-    _compare_csv(st, a, "trials/attempts.csv", _ATTEMPTS_HEADER, attempts)
-    return len(attempts)
+    seqs = a.of_kind("trial.requested")
+    attempts = (_attempt_row(a, seq, outcome.get(seq)) for seq in seqs)
+    _compare_csv(st, a, "trials/attempts.csv", _ATTEMPTS_HEADER, attempts, count=len(seqs))
+    return len(seqs)
 
 
 def _same_verdict(row: list[str], want: list[str]) -> bool:

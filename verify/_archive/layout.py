@@ -111,8 +111,8 @@ def _allowed_files(a: Archive) -> set[str]:
 def _referenced_blobs(a: Archive) -> set[str]:
     """The blob digests some event references."""
     referenced: set[str] = set()
-    for env in a.envs:
-        blobs = env.get("blobs") if env is not None else None
+    for seq in range(a.n):
+        blobs = a.envs.blobs(seq)
         if type(blobs) is dict:
             referenced.update(d for d in blobs.values() if type(d) is str)
     return referenced

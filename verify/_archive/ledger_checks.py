@@ -19,6 +19,7 @@ from typing import Any
 from verify._errors import CheckpointFormatError, NoteError
 from verify._ledgerfile import RECOMPUTED, SKIMMED, _Run
 from verify._note import Checkpoint, parse_checkpoint, parse_note
+from verify._reader.columns import EventColumns
 from verify._reader.events import EventReader
 from verify._reader.files import ArchiveFileError, ArchiveFiles, show
 from verify._reader.names import EVENTS, line_where
@@ -83,8 +84,8 @@ class ArchiveRun(_Run):
         self.files = files
         self.has_tree = False
         # each line's shared envelope, or None (refused, or a faulty line beyond
-        # MAX_FAULTY_KEPT: ``unkept`` is the first such line)
-        self.envs: list[dict[str, Any] | None] = []
+        # MAX_FAULTY_KEPT: ``unkept`` is the first such line), packed as columns
+        self.envs = EventColumns()
         self._pre: tuple[bytes, dict[str, Any]] | None = None  # the line the stream reads
         self.lines = 0
         self.hash_time = 0.0
@@ -220,12 +221,13 @@ class ArchiveRun(_Run):
         """
         st = self.states["checkpoints"]
         sizes = {s.cp.size for s in self.stored if s.cp is not None}
-        for seq, env in enumerate(self.envs):
-            kind = env.get("kind") if env is not None else None
+        envs = self.envs
+        for seq in sorted(envs.of_kind("protocol.locked") + envs.of_kind("run.stopped")):
+            kind = envs.kind(seq)
             if kind == "protocol.locked":
                 what = f"protocol.locked (seq {seq}): the registration checkpoint signed at lock"
             elif kind == "run.stopped":
-                body = env.get("body") if env is not None else None
+                body = envs.body(seq)
                 session = body.get("session") if type(body) is dict else None
                 what = (
                     f"run.stopped (seq {seq}, run session of run.started seq {session}): the "

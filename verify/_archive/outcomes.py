@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from verify._archive.view import Archive
@@ -13,7 +14,7 @@ from verify._report import Check
 __all__ = ["check_blinding", "check_outcomes"]
 
 
-def _check_attempts(st: _State, requests: dict[int, dict[str, Any]]) -> None:
+def _check_attempts(st: _State, requests: Mapping[int, dict[str, Any]]) -> None:
     """Each trial's requests count their attempts 1, 2, ... in seq order."""
     attempts: dict[str, int] = {}
     for seq in sorted(requests):
@@ -28,7 +29,7 @@ def _check_attempts(st: _State, requests: dict[int, dict[str, Any]]) -> None:
 
 
 def _check_outcome_events(
-    a: Archive, st: _State, requests: dict[int, dict[str, Any]]
+    a: Archive, st: _State, requests: Mapping[int, dict[str, Any]]
 ) -> tuple[dict[int, list[int]], dict[str, list[int]]]:
     """Each trial.responded or trial.failed answers an earlier request of its trial and attempt.
 
@@ -37,8 +38,7 @@ def _check_outcome_events(
     outcomes: dict[int, list[int]] = {seq: [] for seq in requests}
     final: dict[str, list[int]] = {}
     for seq in sorted(a.of_kind("trial.responded") + a.of_kind("trial.failed")):
-        env = a.envs[seq]
-        kind = env.get("kind") if env is not None else None
+        kind = a.envs.kind(seq)
         body = a.body(seq)
         rseq = body.get("request_seq")
         if type(rseq) is not int or rseq not in requests or rseq >= seq:
@@ -62,7 +62,7 @@ def _check_outcome_events(
 
 
 def _check_one_outcome(
-    st: _State, requests: dict[int, dict[str, Any]], outcomes: dict[int, list[int]]
+    st: _State, requests: Mapping[int, dict[str, Any]], outcomes: dict[int, list[int]]
 ) -> None:
     """Each request has exactly one outcome."""
     for rseq, outs in outcomes.items():
@@ -79,7 +79,7 @@ def _check_one_outcome(
 
 
 def _check_after_final(
-    st: _State, requests: dict[int, dict[str, Any]], final: dict[str, list[int]]
+    st: _State, requests: Mapping[int, dict[str, Any]], final: dict[str, list[int]]
 ) -> None:
     """No trial is requested again after its final outcome."""
     for seq, body in requests.items():
@@ -111,7 +111,7 @@ def _check_one_final(st: _State, ids: list[str], final: dict[str, list[int]]) ->
 def check_outcomes(a: Archive) -> Check:
     """Every request has one outcome; every scheduled trial exactly one final outcome."""
     st = _State("outcomes")
-    requests: dict[int, dict[str, Any]] = {seq: a.body(seq) for seq in a.of_kind("trial.requested")}
+    requests = a.bodies("trial.requested")
     _check_attempts(st, requests)
     outcomes, final = _check_outcome_events(a, st, requests)
     _check_one_outcome(st, requests, outcomes)
@@ -278,7 +278,7 @@ def _check_scores(a: Archive, st: _State, codes: dict[str, str]) -> list[tuple[i
     Return the (response seq, scores_sha256) pairs, in scored order.
     """
     responded = set(a.of_kind("trial.responded"))
-    requests = {seq: a.body(seq) for seq in a.of_kind("trial.requested")}
+    requests = a.bodies("trial.requested")
     seen: dict[int, int] = {}
     pairs: list[tuple[int, str]] = []
     for seq in a.of_kind("trial.scored"):

@@ -560,8 +560,7 @@ def _requested_reported(a: Archive, seq: int, body: dict[str, Any]) -> tuple[Any
 
     The requested model is None when there is nothing to compare.
     """
-    env = a.envs[seq]
-    if env is not None and env.get("kind") == "trial.responded":
+    if a.envs.kind(seq) == "trial.responded":
         trial = body.get("trial")
         requested = _locked_model(a, trial) if type(trial) is str else None
         return requested, body.get("model"), f"trial {trial}"

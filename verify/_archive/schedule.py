@@ -182,8 +182,7 @@ def _check_order(a: Archive, st: _State) -> None:
     latest: int | None = None
     by_session: dict[int | None, dict[str, tuple[int, int]]] = {}
     for seq in sorted(a.of_kind("run.started") + a.of_kind("trial.requested")):
-        env = a.envs[seq]
-        if env is not None and env.get("kind") == "run.started":
+        if a.envs.kind(seq) == "run.started":
             latest = seq
             by_session[seq] = {}
             continue

@@ -53,7 +53,7 @@ def replay_of(a: Archive, study: LockedStudy) -> tuple[Replay | None, str | None
     seqs = sorted(s for kind in _KINDS for s in a.of_kind(kind))
     events = []
     for seq in seqs:
-        kind = str((a.envs[seq] or {}).get("kind"))
+        kind = str(a.envs.kind(seq))
         body = a.body(seq)
         events.append((seq, kind, body, _getter(a, seq, body)))
     replay = Replay(study, plans, events)

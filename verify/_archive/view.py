@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import hmac
 import re
 import tomllib
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from verify._archive.ledger_checks import ArchiveRun
@@ -13,20 +15,48 @@ from verify._envelope import is_hex64
 from verify._items import ItemError
 from verify._privacy import Withheld
 from verify._prompts import RESERVED_COMPONENTS, LockedStudy, PromptError
+from verify._reader.columns import EventColumns
 from verify._reader.files import MAX_PARSED_BYTES, show
 from verify._reader.names import sha_hex
 from verify._sealed import content_of
 
-__all__ = ["Archive"]
+__all__ = ["Archive", "Bodies"]
 
 
-def _by_kind(envs: list[dict[str, Any] | None]) -> dict[str, list[int]]:
-    """The seqs of each kind's events, ascending."""
-    by_kind: dict[str, list[int]] = {}
-    for seq, env in enumerate(envs):
-        if env is not None and type(env.get("kind")) is str:
-            by_kind.setdefault(env["kind"], []).append(seq)
-    return by_kind
+class Bodies(Mapping[int, dict[str, Any]]):
+    """The bodies of one kind's events by seq, like ``{seq: archive.body(seq) ...}``.
+
+    Nothing is held but the seqs: each body is rebuilt from the packed columns when read (a
+    body that is not an object reads as ``{}``). Looking a key up behaves as the dict would:
+    an unhashable key raises ``TypeError``, ``True`` finds seq 1.
+    """
+
+    def __init__(self, envs: EventColumns, seqs: list[int]) -> None:
+        self._envs = envs
+        self._seqs = seqs  # ascending
+
+    def _index(self, key: Any) -> int | None:
+        hash(key)  # as a dict lookup: an unhashable key is a TypeError
+        if not isinstance(key, (int, float)):
+            return None
+        i = bisect.bisect_left(self._seqs, key)
+        return i if i < len(self._seqs) and self._seqs[i] == key else None
+
+    def __getitem__(self, key: Any) -> dict[str, Any]:
+        i = self._index(key)
+        if i is None:
+            raise KeyError(key)
+        body = self._envs.body(self._seqs[i])
+        return body if type(body) is dict else {}
+
+    def __contains__(self, key: object) -> bool:
+        return self._index(key) is not None
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._seqs)
+
+    def __len__(self) -> int:
+        return len(self._seqs)
 
 
 class Archive:
@@ -39,7 +69,7 @@ class Archive:
         self.key_files = {re.sub(r"[/:+]", "_", actor) + ".vkey" for actor in run.registry.keys}
         self.roles = {actor: rec.role for actor, rec in run.registry.keys.items()}
         self.hashes = run.files.hashes
-        self.envs: list[dict[str, Any] | None] = run.envs
+        self.envs: EventColumns = run.envs  # packed: envs[seq] rebuilds one envelope
         self.n = len(run.envs)
         self.current: int | None = None  # the last event read (named if a check stops on it)
         self._unread: dict[str, str] = {}
@@ -52,7 +82,7 @@ class Archive:
         self.witness_quorum: int | None = None
         self.witness_skew = 300.0
         self.tsa_roots: bytes | None = None  # ``--tsa-cert``: PEM root certificates
-        self.by_kind = _by_kind(self.envs)
+        self.by_kind = self.envs.kinds()  # the seqs of each kind's events, ascending
         # the protocol in force is the last protocol.locked: a study locked in phases has one
         # per phase, each holding the whole plan (docs/study-spec.md, "Phases")
         locked = self.of_kind("protocol.locked")
@@ -87,18 +117,20 @@ class Archive:
         """The seqs of the events of ``kind``, ascending."""
         return self.by_kind.get(kind, [])
 
+    def bodies(self, kind: str) -> Bodies:
+        """The bodies of the events of ``kind`` by seq, each rebuilt when read (none held)."""
+        return Bodies(self.envs, self.of_kind(kind))
+
     def body(self, seq: int) -> dict[str, Any]:
         """Event ``seq``'s body, or ``{}`` when it is unreadable or not an object."""
         self.current = seq
-        env = self.envs[seq]
-        body = env.get("body") if env is not None else None
+        body = self.envs.body(seq)
         return body if type(body) is dict else {}
 
     def blob_ref(self, seq: int, name: str) -> str | None:
         """The address event ``seq`` gives its blob ``name``, or ``None``."""
         self.current = seq
-        env = self.envs[seq]
-        blobs = env.get("blobs") if env is not None else None
+        blobs = self.envs.blobs(seq)
         digest = blobs.get(name) if type(blobs) is dict else None
         return digest if is_hex64(digest) else None
 

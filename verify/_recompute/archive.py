@@ -16,6 +16,7 @@ from verify import _sealed
 from verify._envelope import is_hex64
 from verify._items import ItemError, ItemFile, read_items
 from verify._ledgerfile import MAX_FAULTY_KEPT
+from verify._reader.columns import EventColumns
 from verify._reader.events import EventReader
 from verify._reader.files import MAX_PARSED_BYTES, ArchiveFileError, ArchiveFiles
 from verify._reader.names import EVENTS, line_where
@@ -43,27 +44,78 @@ class _Problem(Exception):
         self.where = where
 
 
-@dataclass
 class _Event:
-    seq: int
-    kind: str
-    body: dict[str, Any]
-    blobs: dict[str, str]
-    actor: str = ""
+    """One event as the science checks read it: its body and blobs rebuilt from the columns.
+
+    Nothing is kept but the line: each ``body`` read rebuilds the dict (the columns keep the
+    last ones read, so reading one event again is cheap), so a list of events holds no bodies.
+    """
+
+    __slots__ = ("_columns", "_index", "kind", "seq")
+
+    def __init__(self, columns: EventColumns, index: int) -> None:
+        self._columns = columns
+        self._index = index
+        self.seq = int(columns.seq(index) or 0)
+        self.kind = str(columns.kind(index))
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The event's body (a dict: the shared parse keeps only envelopes with one)."""
+        body: dict[str, Any] = self._columns.body(self._index)
+        return body
+
+    @property
+    def blobs(self) -> dict[str, str]:
+        """The event's blobs: name -> address."""
+        blobs: dict[str, str] = self._columns.blobs(self._index)
+        return blobs
+
+    @property
+    def actor(self) -> str:
+        """The event's actor."""
+        return str(self._columns.actor(self._index))
+
+
+class _BySeq:
+    """The events by their envelope ``seq`` (each line's, unless a line says another)."""
+
+    def __init__(self, columns: EventColumns) -> None:
+        self._columns = columns
+        self._odd: dict[int, int] | None = None
+        if any(columns.seq(i) != i for i in range(len(columns))):
+            self._odd = {int(columns.seq(i) or 0): i for i in range(len(columns))}
+
+    def get(self, seq: Any, default: _Event | None = None) -> _Event | None:
+        """The event whose envelope has ``seq``, or ``default``."""
+        if self._odd is not None:
+            index = self._odd.get(seq) if type(seq) is int else None
+        else:
+            index = seq if type(seq) is int and 0 <= seq < len(self._columns) else None
+        return default if index is None else _Event(self._columns, index)
 
 
 @dataclass
 class _Archive:
     files: ArchiveFiles
-    events: list[_Event]
-    by_seq: dict[int, _Event] = field(default_factory=dict)
+    columns: EventColumns
+    by_seq: _BySeq = field(init=False)
     current: _Event | None = None  # the event being read (named if a check stops on it)
 
+    def __post_init__(self) -> None:
+        self.by_seq = _BySeq(self.columns)
+
+    @property
+    def events(self) -> list[_Event]:
+        """Every event, in order (made afresh: none is kept)."""
+        return [_Event(self.columns, i) for i in range(len(self.columns))]
+
     def of(self, kind: str) -> list[_Event]:
-        return [e for e in self.events if e.kind == kind]
+        return [_Event(self.columns, i) for i in self.columns.of_kind(kind)]
 
     def first(self, kind: str) -> _Event | None:
-        return next((e for e in self.events if e.kind == kind), None)
+        seqs = self.columns.of_kind(kind)
+        return _Event(self.columns, seqs[0]) if seqs else None
 
     def at(self, event: _Event) -> _Event:
         """Note ``event`` as the one being read; return it."""
@@ -103,15 +155,21 @@ class _Archive:
             raise _Problem(str(exc), None, rel) from None
 
 
-def _events(envelopes: Sequence[dict[str, Any] | None], unkept: int | None = None) -> list[_Event]:
+def _events(envelopes: Sequence[dict[str, Any] | None], unkept: int | None = None) -> EventColumns:
     """The events of the shared strict parse; the first line it refused stops both checks.
 
     ``unkept`` is the first line the ledger checks found faulty beyond the ones whose
     envelopes are kept (``verify._ledgerfile.MAX_FAULTY_KEPT``); it stops them too.
+    ``envelopes`` packed as columns (:class:`EventColumns`) are read as they are, not copied.
     """
-    events: list[_Event] = []
-    for index, env in enumerate(envelopes):
-        if env is None:
+    if isinstance(envelopes, EventColumns):
+        columns = envelopes
+    else:
+        columns = EventColumns()
+        for env in envelopes:
+            columns.append(env)
+    for index in range(len(columns)):
+        if not columns.kept(index):
             where = line_where(index)
             if index == unkept:
                 raise _Problem(
@@ -127,16 +185,7 @@ def _events(envelopes: Sequence[dict[str, Any] | None], unkept: int | None = Non
                 index,
                 where,
             )
-        events.append(
-            _Event(
-                int(env["seq"]),
-                str(env["kind"]),
-                env["body"],
-                env["blobs"],
-                str(env.get("actor", "")),
-            )
-        )
-    return events
+    return columns
 
 
 def _load(
@@ -152,12 +201,12 @@ def _load(
         if files.problems and not files.complete:
             raise _Problem(files.problems[0][1], where=files.problems[0][0])
         try:
-            envelopes = [line.shared for line in EventReader(files)]
+            envelopes = EventColumns()
+            for line in EventReader(files):
+                envelopes.append(line.shared)
         except ArchiveFileError as exc:
             raise _Problem(f"{exc}: nothing is re-scored or re-analysed", where=EVENTS) from None
-    archive = _Archive(files, _events(envelopes, unkept))
-    archive.by_seq = {e.seq: e for e in archive.events}
-    return archive
+    return _Archive(files, _events(envelopes, unkept))
 
 
 def _protocol(archive: _Archive) -> _Event | None:
@@ -184,7 +233,8 @@ def _files_in_force(archive: _Archive) -> dict[str, tuple[str, str | None, _Even
     last ``protocol.amended`` change after it.
     """
     out: dict[str, tuple[str, str | None, _Event]] = {}
-    for event in archive.events:
+    seqs = archive.columns.of_kind("artifact.locked") + archive.columns.of_kind("protocol.amended")
+    for event in (_Event(archive.columns, i) for i in sorted(seqs)):
         if event.kind == "artifact.locked":
             path, role = event.body.get("path"), event.body.get("role")
             if isinstance(path, str):

@@ -149,7 +149,7 @@ class _Dataset:
             ok = [c[0] in ids for c in items.commons]
             of, truth = items.of, items.truth
             self._analysable_items = items.take(
-                [k for k, t in enumerate(of) if ok[t] and truth[k] != CONTROL_TRUTH]
+                array("l", (k for k, t in enumerate(of) if ok[t] and truth[k] != CONTROL_TRUTH))
             )
         return self._analysable_items
 
@@ -435,7 +435,7 @@ class Coded:
         """The values at ``indices`` (the distinct values shared)."""
         out = Coded(self.labels, self.index)
         codes = self.codes
-        out.codes = array("I", [codes[k] for k in indices])
+        out.codes = array("I", map(codes.__getitem__, indices))  # no list of them first
         return out
 
     def __getitem__(self, k: int) -> Any:
@@ -588,7 +588,7 @@ class ItemTable:
             self.answer,
             self.correct,
         )
-        out.of = array("l", [of[k] for k in indices])
+        out.of = array("l", map(of.__getitem__, indices))  # no list of them first
         out.row = row.take(indices)
         out.position = position.take(indices)
         out.truth = truth.take(indices)
@@ -603,7 +603,7 @@ class ItemTable:
     def trials_where(self, keep: Any) -> ItemTable:
         """The rows whose trial's tuple ``keep(common)`` accepts, in row order."""
         ok = [bool(keep(c)) for c in self.commons]
-        return self.take([k for k, t in enumerate(self.of) if ok[t]])
+        return self.take(array("l", (k for k, t in enumerate(self.of) if ok[t])))
 
     def where(self, name: str, value: Any) -> ItemTable:
         """The rows whose trial column ``name`` (arm, model, stimulus, ...) equals ``value``."""
