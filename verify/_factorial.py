@@ -22,8 +22,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+# scipy is imported inside the functions that use it: the checks before the science ones load
+# none of it (tests/verify/test_verify_imports.py).
 import numpy as np
-import scipy.stats as sps
 
 from verify._restats import NotApplicable
 
@@ -526,6 +527,8 @@ def factorial_values(
     ``trials`` are the analysable trials (rows with ``arm``, ``model``, ``stimulus`` and the
     outcome's column); only the cell arms' enter.
     """
+    import scipy.stats as sps
+
     outcome = str(h.get("outcome") or "trial_accuracy")
     if outcome not in OUTCOMES:
         raise FactorialError(f"outcome {outcome!r} has no factorial model")

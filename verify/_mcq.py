@@ -15,8 +15,9 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+# scipy is imported inside the functions that use it: the checks before the science ones load
+# none of it (tests/verify/test_verify_imports.py).
 import numpy as np
-from scipy import stats as sps
 
 from verify._restats import (
     NotApplicable,
@@ -365,6 +366,8 @@ def position_metrics(
     letters: Sequence[str] = LETTERS,
 ) -> dict[str, Any]:
     """Position bias, per-position accuracy, CKLD and RStd of one condition."""
+    from scipy import stats as sps
+
     if reference not in ("uniform", "truth"):
         raise McqStatError(f"reference: {reference!r}")
     table = check_trials(rows, letters)
@@ -827,6 +830,8 @@ def gee_arm_effects(
     Fixed point of: β solves ``Σ_i D_iᵀ V_i⁻¹ (y_i − µ_i) = 0`` with ``V_i = A_i^½ R(α) A_i^½``,
     ``A = diag(µ(1−µ))``, ``R(α) = (1−α)I + αJ``; α is the moment estimator of the page.
     """
+    from scipy import stats as sps
+
     table = check_trials(rows, letters)
     extra = dict(factors or {})
     names, x, arms = _design(table, str(reference), extra)
@@ -963,6 +968,8 @@ def gee_arm_effects(
 
 def mean_over_seeds(values: Mapping[str, float], conf: float = 0.95) -> dict[str, Any]:
     """Mean and t interval over the seeds (sd with ddof 1)."""
+    from scipy import stats as sps
+
     pairs = sorted((str(k), float(v)) for k, v in values.items())
     if len(pairs) < 2 or not all(math.isfinite(v) for _, v in pairs) or not 0 < conf < 1:
         raise McqStatError("values: need >= 2 finite per-seed values")

@@ -29,9 +29,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
 
+# scipy is imported inside the functions that use it: the checks before the science ones load
+# none of it (tests/verify/test_verify_imports.py).
 import numpy as np
 from numpy.typing import NDArray
-from scipy import optimize
 
 __all__ = [
     "RemlModel",
@@ -514,6 +515,8 @@ class RemlModel:
         steps of scipy's own differences at a fraction of the cost; ``maxfun`` is scaled by
         ``n + 1`` as scipy counts those evaluations.
         """
+        from scipy import optimize
+
         n = x0.size
         cols = np.arange(n)
 

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+# scipy is imported inside the functions that use it: the checks before the science ones load
+# none of it (tests/verify/test_verify_imports.py).
 import numpy as np
 from numpy.typing import NDArray
-from scipy import stats as sps
 
 from verify._reml import RemlModel, check_point
 
@@ -71,6 +72,8 @@ def _arr(x: Any, name: str) -> Floats:
 
 def wilson(successes: int, n: int, conf: float = 0.95) -> dict[str, Any]:
     """Wilson score interval without continuity correction."""
+    from scipy import stats as sps
+
     if n <= 0 or successes < 0 or successes > n or not 0 < conf < 1:
         raise StatError(f"wilson: bad input {successes}/{n}")
     p = successes / n
@@ -101,6 +104,8 @@ def _t_result(
     effect_name: str,
 ) -> dict[str, Any]:
     """The TTestResult layout: ``difference = mean_x - mean_y``, CI ``difference +- q se``."""
+    from scipy import stats as sps
+
     diff = float(np.mean(x)) - float(np.mean(y))
     q = float(sps.t.ppf(0.975, df))
     return {
@@ -437,6 +442,8 @@ def reml_variance_cis(
     ``(log σ²_g, log σ²_e)``; NaN when a variance is not positive or the information is not
     positive definite.
     """
+    from scipy import stats as sps
+
     bad = (math.nan, math.nan, math.nan, math.nan)
     if not (group_var > 0 and resid_var > 0):
         return bad
@@ -514,6 +521,8 @@ def _warned_singular(recorded_warnings: Sequence[str]) -> bool:
 
 def _effects(names: list[str], fe: Any, se: Any) -> list[dict[str, Any]]:
     """Each fixed effect: estimate, SE, Wald z and p, 95% interval."""
+    from scipy import stats as sps
+
     z975 = float(sps.norm.ppf(0.975))
     effects = []
     for name, b, s in zip(names, fe, se, strict=True):
@@ -636,6 +645,8 @@ def contrast(
     fit: dict[str, Any], a: str, b: str, sides: str = "two-sided", conf: float = 0.95
 ) -> dict[str, Any]:
     """Wald contrast a - b of a :func:`mixed_model` fit."""
+    from scipy import stats as sps
+
     arms: list[str] = fit["arms"]
     if a not in arms or b not in arms:
         raise StatError(f"contrast: unknown arm {a!r} or {b!r}")
@@ -674,6 +685,8 @@ def contrast(
 
 def wald(fit: dict[str, Any], terms: Sequence[str]) -> dict[str, Any]:
     """Joint Wald test that the named coefficients of a :func:`mixed_model` fit are zero."""
+    from scipy import stats as sps
+
     names: list[str] = fit["_names"]
     if not terms or any(t not in names for t in terms):
         raise StatError("wald: no terms, or a term not in the fit")
@@ -691,6 +704,8 @@ def chi_square_gof(
     counts: Sequence[int], expected: Sequence[float] | None = None
 ) -> dict[str, Any]:
     """Chi-square goodness of fit with Cramér's V."""
+    from scipy import stats as sps
+
     obs = np.asarray(counts, dtype=np.float64)
     k = obs.size
     n = float(obs.sum())
@@ -801,6 +816,8 @@ def position_bias_tvd(
 
 def mcnemar(b: int, c: int) -> dict[str, Any]:
     """McNemar chi-square, Edwards-corrected chi-square and exact binomial."""
+    from scipy import stats as sps
+
     n = b + c
     if n == 0:
         chi2 = chi2_cc = p_chi2 = p_chi2_cc = math.nan
@@ -889,6 +906,8 @@ def satterthwaite(
     expected REML information there (:meth:`verify._reml.RemlModel.information`, analytic),
     named so in ``df_method``. t-distribution p and interval; one-sided: lower bound only.
     """
+    from scipy import stats as sps
+
     theta = np.asarray(params, dtype=np.float64)
     w = np.asarray(weights, dtype=np.float64)
     pt = model.point(theta)
@@ -955,6 +974,8 @@ def cluster_proportion(
     correct: Sequence[int], n: Sequence[int], conf: float = 0.95
 ) -> dict[str, Any]:
     """statistics.md: ratio estimator with a cluster-robust SE and a t(G-1) interval."""
+    from scipy import stats as sps
+
     pairs = [(float(c), float(m)) for c, m in zip(correct, n, strict=True) if m > 0]
     total = math.fsum(m for _, m in pairs)
     if total <= 0:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from ddx_study import STEPS, SUPPLIED_MATCH, items, spec_text, write_study
-from helpers import fixed_key
+from helpers import fixed_key, science_skipped
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from locations import REPO
@@ -424,7 +424,8 @@ def test_changed_match_prompt_fails_naming_it(archive: Path) -> None:
         text.replace("Match the listed", "Compare the listed").encode(),
     )
     resign(archive, events)
-    report = verify_archive(archive)
+    with science_skipped():
+        report = verify_archive(archive)
     passed(report, "signatures")
     reason = failed(report, "steps")
     assert "the locked template prompts/match.txt" in reason and "step:match|" in reason
@@ -488,7 +489,8 @@ def test_reference_call_after_the_first_trial_fails(archive: Path) -> None:
     first = next(i for i, e in enumerate(rest) if e["kind"] == "trial.requested")
     events = rest[: first + 1] + moved + rest[first + 1 :]
     resign(archive, events)
-    report = verify_archive(archive)
+    with science_skipped():
+        report = verify_archive(archive)
     reason = failed(report, "steps")
     assert call in reason and "after the first trial" in reason
 
@@ -617,6 +619,7 @@ def test_a_forged_inconsistent_ddx_protocol_fails_naming_the_role(archive: Path)
         if e["kind"] == "protocol.locked":
             e["body"]["response"]["ddx"]["match"] = "dxlist"
     resign(archive, events)
-    report = verify_archive(archive)
+    with science_skipped():
+        report = verify_archive(archive)
     passed(report, "signatures")
     assert "response.ddx.match = 'dxlist'" in failed(report, "steps")

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import cli_export, fixed_key
+from helpers import cli_export, fixed_key, science_skipped
 from locations import REPO
 
 from analysis import _factorial as af
@@ -232,14 +232,16 @@ def test_a_tampered_factor_level_text_fails_naming_it(copy_: Path) -> None:
     protocol = next(e for e in events if e["kind"] == "protocol.locked")
     protocol["body"]["factors"]["belief"]["levels"][1]["insert"]["text"] = "It is surely 4."
     forge(copy_, events)
-    report = verify_archive(copy_)
+    with science_skipped():
+        report = verify_archive(copy_)
     passed(report, "signatures")
     assert "factors.belief level 'wrong'" in failed(report, "protocol")
     assert "F.wrong." in failed(report, "requests")
 
 
 def test_a_tampered_level_file_fails_naming_the_trial(copy_: Path) -> None:
-    report = relocked_report(copy_, "prompts/belief.txt", lambda b: b.replace(b"3.", b"4."))
+    with science_skipped():
+        report = relocked_report(copy_, "prompts/belief.txt", lambda b: b.replace(b"3.", b"4."))
     passed(report, "signatures")
     assert "factors.belief level 'wrong'" in failed(report, "protocol")
 
@@ -253,7 +255,8 @@ def test_a_forged_null_level_fails_naming_item_factor_and_level(copy_: Path) -> 
         "replace": {"field": "question", "text": ITEMS[2]["question"]},
     }
     forge(copy_, events)
-    reason = failed(verify_archive(copy_), "protocol")
+    with science_skipped():
+        reason = failed(verify_archive(copy_), "protocol")
     assert "item 'q3': factor 'belief' level 'wrong' leaves the item's request unchanged" in reason
 
 
@@ -265,7 +268,8 @@ def test_an_edited_expanded_arm_fails_naming_it(copy_: Path) -> None:
     arms["F.wrong.urgent"]["components"] = ["task", "item"]
     arms["F.wrong.urgent"]["sha256"] = arms["F.wrong.neutral"]["sha256"]  # a careful forger
     forge(copy_, events)
-    report = verify_archive(copy_)
+    with science_skipped():
+        report = verify_archive(copy_)
     passed(report, "signatures")
     assert "arms.F.wrong.urgent.components" in failed(report, "protocol")
 

@@ -28,8 +28,8 @@ from locations import REPO
 
 from analysis.mcq import _stats as mcq
 from ledger.cli import main
+from verify import Report, verify_archive
 from verify import _mcq as vm
-from verify import verify_archive
 
 TEMPLATE_DIR = REPO / "runner/templates/medmcqa_prompt_sensitivity"
 
@@ -228,12 +228,20 @@ def archive(built: tuple[Path, Path, Path]) -> Path:
     return built[1]
 
 
+@pytest.fixture(scope="module")
+def report(archive: Path) -> Report:
+    """The archive verified in full, once (two tests read it; neither changes it)."""
+    return verify_archive(archive)
+
+
 def _results(archive: Path) -> dict[str, dict[str, Any]]:
     listed = json.loads((archive / "analysis" / "results.json").read_text("utf-8"))
     return {r["id"]: r for r in listed}
 
 
-def test_the_degenerate_gee_is_not_applicable_and_the_archive_verifies(archive: Path) -> None:
+def test_the_degenerate_gee_is_not_applicable_and_the_archive_verifies(
+    archive: Path, report: Report
+) -> None:
     found = _results(archive)
     h9 = found["hypothesis.H9"]
     assert h9["status"] == h9["verdict"] == "not applicable", h9
@@ -241,7 +249,6 @@ def test_the_degenerate_gee_is_not_applicable_and_the_archive_verifies(archive: 
     assert "degenerate" in h9["values"]["reason"]
     for model in ("medgemma_4b", "medgemma_27b"):  # one model alone: no model factor
         assert found[f"hypothesis.H9@{model}"]["status"] == "ok"
-    report = verify_archive(archive)
     assert report.ok, [(c.name, c.reason) for c in report.checks if c.status.name == "FAIL"]
     html = (archive / "analysis" / "report.html").read_text("utf-8")
     assert "not applicable: GEE: the robust variance of model[T.medgemma_27b]" in html
@@ -257,7 +264,9 @@ def test_the_declared_fallback_refits_without_the_model_factor(archive: Path) ->
     assert "degenerate" in fallback["reason"]
 
 
-def test_the_copies_are_noted_in_the_results_report_and_verifier(archive: Path) -> None:
+def test_the_copies_are_noted_in_the_results_report_and_verifier(
+    archive: Path, report: Report
+) -> None:
     """Issue 31: two "models" that answered alike are named, with how the pooled test counts
     them: a descriptive result, a banner in the report, and a WARN of the verifier."""
     found = _results(archive)["descriptive.identical_responses"]
@@ -265,7 +274,6 @@ def test_the_copies_are_noted_in_the_results_report_and_verifier(archive: Path) 
     assert found["values"]["models"] == [{"a": "medgemma_4b", "b": "medgemma_27b", "trials": 120}]
     assert found["values"]["replicates"] == []  # one replicate: nothing to compare
     assert "count each answer twice" in found["values"]["note"]
-    report = verify_archive(archive)
     check = next(c for c in report.checks if c.name == "reanalysis")
     assert check.status.name == "WARN", check.reason
     assert "models medgemma_4b and medgemma_27b alike on all 120 shared trial(s)" in check.reason

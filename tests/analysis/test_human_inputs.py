@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from helpers import fixed_key
+from helpers import fixed_key, science_skipped
 from human_study import ITEMS, write_study
 
 from ledger import Ledger
@@ -531,7 +531,8 @@ def test_a_tampered_data_response_fails_naming_its_seq(archive: Path) -> None:
     (archive / "blobs" / digest).write_bytes(data)
     event["blobs"]["response"] = digest
     resign(archive, events)
-    reason = failed(verify_archive(archive), "requests")
+    with science_skipped():
+        reason = failed(verify_archive(archive), "requests")
     assert f"seq {events.index(event)}:" in reason and "byte for byte" in reason, reason
 
 

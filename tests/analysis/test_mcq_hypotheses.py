@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from helpers import fixed_key
+from helpers import fixed_key, science_skipped
 from mcq_tables import records
 from scipy import stats as sps
 from statsmodels.genmod.cov_struct import Exchangeable
@@ -905,7 +905,8 @@ def test_the_mcnemar_cells_read_as_counts_in_the_html_and_the_archive(
     for cell in mcnemar_cells(built[1]):
         assert cell in html
     assert "discordant b={" not in html
-    report = verify_archive(built[1])  # the verifier expects the same cells (its own code)
+    with science_skipped():  # only the report check is read; test_the_archive_verifies runs all
+        report = verify_archive(built[1])  # the verifier expects the same cells (its own code)
     assert report.get("report") is not None and report.get("report").status.name == "PASS"
 
 

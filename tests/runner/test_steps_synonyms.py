@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from helpers import fixed_key
+from helpers import fixed_key, science_skipped
 from steps_study import STEPS, write_study
 
 from ledger import Ledger
@@ -269,7 +269,8 @@ def test_verifier_rederives_the_matched_sets_and_fails_a_doctored_matcher(
         if v == answer["blobs"]["response"] or k == "response_sha256":
             answer["body"][k] = digest
     resign(archive, events)
-    report = verify_archive(archive)
+    with science_skipped():  # the FAIL read is the requests check's
+        report = verify_archive(archive)
     passed(report, "signatures")
     reason = " ".join(c.reason for c in report.checks if c.status.name == "FAIL")
     # the re-derived set loses "MI": the trial request that read it no longer matches

@@ -85,3 +85,43 @@ def test_public_api_is_pinned() -> None:
     }
     for name in verify.__all__:
         assert hasattr(verify, name), name
+
+
+_BEFORE_SCIENCE = """
+import json, sys
+import verify._archive
+
+seen = []
+
+def science(run):  # the checks before it have run: what did they import?
+    seen.append(sorted(m for m in sys.modules if m == "scipy" or m.startswith("scipy.")))
+    return []
+
+verify._archive._science = science
+report = verify._archive.verify_archive(sys.argv[1])
+failed = [(c.name, c.reason) for c in report.checks if c.status.name == "FAIL"]
+print(json.dumps({"seen": seen, "failed": failed, "checks": len(report.checks)}))
+"""
+
+
+def test_the_checks_before_the_science_ones_do_not_import_scipy() -> None:
+    """scipy (about a second of CPU to import) is imported by the science checks alone, inside
+    the functions that use it: a verification that stops before them (a directory that is not
+    an archive, a report read without them) does not pay for it (``docs/archive-format.md``
+    §4). Run in a fresh interpreter on the golden archive, every other check run in full."""
+    import json
+    import subprocess
+    import sys
+
+    golden = REPO / "archive" / "prompt-tumbling-e"
+    proc = subprocess.run(
+        [sys.executable, "-c", _BEFORE_SCIENCE, str(golden)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["failed"] == [] and out["checks"] > 20, out
+    assert out["seen"] == [[]], f"imported before the science checks: {out['seen']}"

@@ -16,6 +16,7 @@ import pytest
 import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from helpers import science_skipped
 from locations import REPO, TESTS_DIR
 
 import verify._ledgerfile
@@ -903,8 +904,9 @@ def test_jobs_check_every_chunk_of_an_archive(
     lines[seq] = json.dumps(line, separators=(",", ":")).encode("utf-8")
     events.write_bytes(b"\n".join(lines))
     monkeypatch.setattr(verify._ledgerfile, "_MIN_PARALLEL_EVENTS", 0)
-    one = verify_archive(copy, jobs=1)
-    two = verify_archive(copy, jobs=2)
+    with science_skipped():  # jobs reach the signatures alone; the reports are compared whole
+        one = verify_archive(copy, jobs=1)
+        two = verify_archive(copy, jobs=2)
     assert one.to_dict() == two.to_dict()
     sig = two.get("signatures")
     assert sig is not None and sig.status is Status.FAIL

@@ -5,7 +5,9 @@ few-shot sets, one as turns and one inline, a system prompt, a per-arm sampling 
 per-arm seeded subset and replicates), locked, run on the simulated backend, scored, unblinded,
 analysed and exported through the CLI. The fresh archive verifies; each tamper below copies it,
 changes one thing (as a forger would: blobs re-hashed, events re-signed, the manifest and
-``export.created`` rewritten where said) and must fail, naming the file or the trial.
+``export.created`` rewritten where said) and must fail, naming the file or the trial. A tamper
+whose FAIL comes from a check other than the science ones verifies without them
+(``helpers.science_skipped``); the re-score tamper and the fresh exports verify in full.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from helpers import fixed_key
+from helpers import fixed_key, science_skipped
 from PIL import Image
 
 from ledger import canonical_json
@@ -369,11 +371,13 @@ def test_changed_item_file_in_the_archive_fails_naming_it(copy_: Path) -> None:
     path.write_text(
         path.read_text("utf-8").replace("What is 3 plus 3?", "What is 3 plus 4?"), "utf-8"
     )
-    report = verify_archive(copy_)
+    with science_skipped():
+        report = verify_archive(copy_)
     assert "protocol/items/items.jsonl" in failed(report, "manifest")
     assert "protocol/items/items.jsonl" in failed(report, "protocol")
     rewrite_manifest(copy_)
-    report = verify_archive(copy_)
+    with science_skipped():
+        report = verify_archive(copy_)
     passed(report, "manifest")
     assert "protocol/items/items.jsonl" in failed(report, "protocol")
     assert "protocol/items/items.jsonl" in failed(report, "export-coverage")
@@ -389,7 +393,8 @@ def test_changed_item_blob_fails_naming_the_file(copy_: Path) -> None:
     path = copy_ / "blobs" / art["blobs"]["content"]
     path.write_bytes(path.read_bytes().replace(b"3 plus 3", b"3 plus 4"))
     rewrite_manifest(copy_)
-    report = verify_archive(copy_)
+    with science_skipped():
+        report = verify_archive(copy_)
     assert "items/items.jsonl" in failed(report, "protocol")
     assert "items/items.jsonl" in failed(report, "requests") or "q3" in failed(report, "requests")
 
@@ -406,7 +411,8 @@ def test_item_changed_after_lock_and_resigned_fails_the_digest_and_the_rerender(
         lambda b: b.replace(b"What is 3 plus 3?", b"What is 3 plus 30?"),
     )
     forge(copy_, events)
-    report = verify_archive(copy_)
+    with science_skipped():
+        report = verify_archive(copy_)
     for name in ("signatures", "chain", "manifest", "export-coverage"):
         passed(report, name)
     reason = failed(report, "protocol")
@@ -430,7 +436,8 @@ def test_item_changed_with_its_digest_and_resigned_fails_the_rerender(copy_: Pat
     canon = b"".join(canonical_json(json.loads(line)) + b"\n" for line in new.splitlines())
     protocol["body"]["items"]["sha256"] = sha(canon)
     forge(copy_, events)
-    report = verify_archive(copy_)
+    with science_skipped():
+        report = verify_archive(copy_)
     passed(report, "signatures")
     passed(report, "protocol")
     passed(report, "schedule")  # the ids did not change
@@ -479,7 +486,8 @@ def test_request_altered_and_resigned_fails_naming_the_trial(copy_: Path) -> Non
         "utf-8",
     )
     forge(copy_, events)
-    report = verify_archive(copy_)
+    with science_skipped():
+        report = verify_archive(copy_)
     for name in ("signatures", "chain", "manifest", "export-coverage", "schedule", "derived"):
         passed(report, name)
     reason = failed(report, "requests")
@@ -491,7 +499,8 @@ def test_fewshot_example_file_changed_in_the_archive_fails_naming_it(copy_: Path
     path = copy_ / "protocol" / "fewshot" / "examples.jsonl"
     path.write_text(path.read_text("utf-8").replace("Example question 1?", "Example one?"), "utf-8")
     rewrite_manifest(copy_)
-    report = verify_archive(copy_)
+    with science_skipped():
+        report = verify_archive(copy_)
     assert "protocol/fewshot/examples.jsonl" in failed(report, "protocol")
 
 
@@ -504,7 +513,8 @@ def test_fewshot_example_changed_after_lock_and_resigned_fails(copy_: Path) -> N
         lambda b: b.replace(b"Example question 1?", b"Example one?"),
     )
     forge(copy_, events)
-    report = verify_archive(copy_)
+    with science_skipped():
+        report = verify_archive(copy_)
     passed(report, "signatures")
     reason = failed(report, "protocol")
     assert "fewshot.inline.examples (fewshot/examples.jsonl): sha256" in reason or (
@@ -520,7 +530,8 @@ def test_template_changed_after_lock_and_resigned_fails_naming_the_trial(copy_: 
     events = read_events(copy_)
     relock(copy_, events, "prompts/item.txt", lambda b: b.replace(b"Question", b"Q"))
     forge(copy_, events)
-    report = verify_archive(copy_)
+    with science_skipped():
+        report = verify_archive(copy_)
     passed(report, "signatures")
     # the template still fills, but the arm hash covers the template's bytes (docs/prompts.md
     # §3.1), so the locked arm hashes no longer hold; and every request differs
@@ -540,7 +551,8 @@ def test_subset_seed_changed_and_resigned_fails_the_schedule(copy_: Path) -> Non
     seed = next(s for s in range(6, 100) if chosen(s) != chosen(5))
     protocol["body"]["arms"]["C"]["items"]["seed"] = str(seed)
     forge(copy_, events)
-    report = verify_archive(copy_)
+    with science_skipped():
+        report = verify_archive(copy_)
     passed(report, "signatures")
     assert "the recomputed schedule hashes to" in failed(report, "schedule")
 
@@ -559,7 +571,8 @@ def test_unreferenced_item_image_role_fails(copy_: Path) -> None:
         files_csv.read_text("utf-8").replace(",item-image,", ",document,"), "utf-8"
     )
     forge(copy_, events)
-    report = verify_archive(copy_)
+    with science_skipped():
+        report = verify_archive(copy_)
     passed(report, "signatures")
     assert "items/img/q2.png: role 'document', but an item names it" in failed(report, "protocol")
 
@@ -612,7 +625,8 @@ def test_a_request_sent_to_the_other_model_fails_naming_the_trial(
         "utf-8",
     )
     forge(root, events)
-    report = verify_archive(root)
+    with science_skipped():
+        report = verify_archive(root)
     passed(report, "signatures")
     passed(report, "schedule")
     reason = failed(report, "requests")
@@ -630,5 +644,6 @@ def test_a_changed_model_cell_of_schedule_csv_fails(multi_archive: Path, tmp_pat
     lines[1] = ",".join(cells)
     path.write_text("".join(lines), "utf-8")
     rewrite_manifest(root)
-    report = verify_archive(root)
+    with science_skipped():
+        report = verify_archive(root)
     assert "trials/schedule.csv line 2" in failed(report, "schedule")

@@ -30,7 +30,11 @@ import time
 
 # The verifier's modules and the libraries they import lazily are imported before the hook:
 # what is watched is what the verifier opens while it verifies (pandas, under statsmodels,
-# reads the system's time zone database when first imported).
+# reads the system's time zone database when first imported). The science checks import scipy's
+# statistics and optimizer inside the functions that use them (a verification that stops before
+# those checks does not load scipy): imported here, once, so each forked case does not pay it.
+import scipy.optimize
+import scipy.stats  # noqa: F401
 import statsmodels.regression.mixed_linear_model  # noqa: F401
 
 import verify.__main__

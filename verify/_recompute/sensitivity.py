@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+# scipy is imported inside the functions that use it: the checks before the science ones load
+# none of it (tests/verify/test_verify_imports.py).
 import numpy as np
-from scipy import stats as sps
 
 from verify import _restats as st
 from verify import _statistics as registry
@@ -229,6 +230,8 @@ class _Block:
 
     def _fit_one(self, name: str, rec_models: Any) -> dict[str, Any]:
         """One probe-by-arm model: at its recorded point if that is a REML maximum."""
+        from scipy import stats as sps
+
         per_arm = name == "probe_by_arm_arm_residual"
         classes = self.arm if per_arm else None
         names = ["group", "group_by_arm"] + (

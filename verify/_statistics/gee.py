@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from scipy import stats as sps
-
+# scipy is imported inside the functions that use it: the checks before the science ones load
+# none of it (tests/verify/test_verify_imports.py).
 from verify import _mcq as vm
 from verify._recompute.results import GEE_REL_TOL
 from verify._statistics._base import (
@@ -53,6 +53,8 @@ def _factors(
 
 def mcq_values(rows: McqRows, models: Sequence[str]) -> dict[str, Any]:
     """The fit, the arm's term and its one- or two-sided p; a declared fallback recorded."""
+    from scipy import stats as sps
+
     _, _, plan, h = rows
     letters, _, _, _ = mcq_setting(rows)
     a, b = h["contrast"]
