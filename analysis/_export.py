@@ -66,6 +66,7 @@ from runner.spec import Study
 
 if TYPE_CHECKING:
     from analysis._flow import Flow
+    from analysis._report import Report
 
 ARCHIVE_FORMAT = 1
 LEDGER_DIR = "ledger"
@@ -81,6 +82,8 @@ class ExportResult:
     bytes: int
     export_seq: int
     checkpoint: str
+    report: Report | None = None
+    """The report written to ``report_dir`` (None without one)."""
 
 
 def _csv_bytes(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> bytes:
@@ -635,8 +638,19 @@ def _step_file(w: _Writer, study: Study, log: Ledger, fold: _Fold) -> None:
 
 
 def _analysis_files(
-    w: _Writer, root: Path, log: Ledger, study: Study | None = None, fold: _Fold | None = None
-) -> list[dict[str, Any]]:
+    w: _Writer,
+    root: Path,
+    log: Ledger,
+    study: Study | None = None,
+    fold: _Fold | None = None,
+    report_dir: Path | None = None,
+) -> tuple[list[dict[str, Any]], Report | None]:
+    """The archive's ``analysis/`` files: results, tables, checklists and the report.
+
+    Returns the results and, with ``report_dir``, the report written there (its figures and
+    HTML are rendered once, into ``report_dir``, and the archive takes the same bytes; None
+    when the report module is not installed).
+    """
     results = [{"seq": e.seq, **e.body} for e in log.events("analysis.result")]
     if not results:
         raise StudyError(f"{root}: nothing to export yet; run 'ledger analyze' first")
@@ -667,17 +681,18 @@ def _analysis_files(
     try:
         from analysis._report import build_report
     except ImportError:  # the report module is optional for an export
-        return results
+        return results, None
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        build_report(root, Path(tmp), flow=flow)
-        for path in sorted(Path(tmp).rglob("*")):
-            if path.is_file():
-                rel = path.relative_to(tmp).as_posix()
-                name = "analysis/report.html" if rel == "report.html" else f"analysis/figures/{rel}"
-                w.put(name, path.read_bytes())
-    return results
+        out = Path(tmp) if report_dir is None else report_dir
+        report = build_report(root, out, flow=flow)
+        # what build_report wrote: its figures and report.html (report_dir may hold others)
+        written = [*(figure.path for figure in report.figures), report.html_path]
+        for rel, path in sorted((p.relative_to(out).as_posix(), p) for p in written):
+            name = "analysis/report.html" if rel == "report.html" else f"analysis/figures/{rel}"
+            w.put(name, path.read_bytes())
+    return results, None if report_dir is None else report
 
 
 def _reporting_files(w: _Writer, log: Ledger, fold: _Fold | None = None) -> Flow:
@@ -1197,12 +1212,16 @@ def export_study(
     *,
     force: bool = False,
     public: PublicExport | None = None,
+    report_dir: str | Path | None = None,
 ) -> ExportResult:
     """Write the archive of the analysed study at ``root`` into ``directory``.
 
     With ``public``, the archive is the public one of ``docs/privacy.md``: every blob and file
     the locked ``[privacy]`` policy withholds is left out (committed in ``export.created``) and
-    written, encrypted to the auditors, to the annex file instead.
+    written, encrypted to the auditors, to the annex file instead. With ``report_dir``, the
+    report the archive holds (its figures and ``report.html``) is also left in that folder, as
+    :func:`analysis.build_report` ``(root, report_dir)`` would write it, without rendering it
+    a second time (``ledger demo`` does this).
     """
     root, target = Path(root), Path(directory)
     real_root, real_target = root.resolve(), target.resolve()
@@ -1269,7 +1288,9 @@ def export_study(
             _trial_files(w, log, fold)
             if study.steps:
                 _step_file(w, study, log, fold)
-            results = _analysis_files(w, root, log, study, fold)
+            results, report = _analysis_files(
+                w, root, log, study, fold, None if report_dir is None else Path(report_dir)
+            )
             del fold
             readme = _readme(study, log, results)
             privacy: dict[str, Any] = {}
@@ -1358,4 +1379,4 @@ def export_study(
             ) from exc
         raise
     fsync_directory(target.parent)
-    return ExportResult(target, w.files, w.bytes, event.seq, note)
+    return ExportResult(target, w.files, w.bytes, event.seq, note, report)
