@@ -308,18 +308,12 @@ def run_demo(
     analysed = analyze_study(study, owner)
     _step(console, 7, "analyze", f"{len(analysed.results)} results recorded")
 
-    report_path: Path | None = None
-    try:
-        from analysis._report import build_report
-    except ImportError:
-        pass
-    else:
-        built = build_report(study, study / "report")
-        report_path = Path(str(getattr(built, "html", study / "report" / "report.html")))
-        _step(console, 8, "report", f"{report_path}")
-
+    # the export renders the report once, for the archive and for the study's report folder
     archive = directory / "archive"
-    exported = export_study(study, archive, owner)
+    exported = export_study(study, archive, owner, report_dir=study / "report")
+    report_path = None if exported.report is None else exported.report.html_path
+    if report_path is not None:
+        _step(console, 8, "report", f"{report_path}")
     _step(console, 9, "export", f"{exported.files} files, {exported.bytes:,} bytes in {archive}")
 
     report = verify_path(
@@ -630,14 +624,13 @@ def _suite_part(
     archives: Path,
     checkpoint: Path,
     witness_vkey: str,
-) -> tuple[Path, bool, list[tuple[str, ...]]]:
+) -> tuple[Path | None, bool, list[tuple[str, ...]]]:
     """Score, unblind, analyse, report, export and verify one study of a suite.
 
     Returns (its report's HTML, whether its archive verified, its seed-002 figure rows).
     """
     from analysis._analyze import analyze_study
     from analysis._export import export_study
-    from analysis._report import build_report
     from analysis._scoring import score_study, unblind_study
     from ledger import Ledger
     from runner import protocol_event
@@ -647,9 +640,9 @@ def _suite_part(
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(scored.by_status.items()))
     unblind_study(part, owner)
     analysed = analyze_study(part, owner)
-    built = build_report(part, part / "report")
-    html = Path(str(getattr(built, "html", part / "report" / "report.html")))
-    exported = export_study(part, archives / part.name, owner)
+    # the export renders the report once, for the archive and for the study's report folder
+    exported = export_study(part, archives / part.name, owner, report_dir=part / "report")
+    html = None if exported.report is None else exported.report.html_path
     report = verify_path(
         archives / part.name,
         trusted_keys=[owner.vkey],

@@ -69,6 +69,7 @@ from runner.spec import Study
 
 if TYPE_CHECKING:
     from analysis._flow import Flow
+    from analysis._report import Report
 
 ARCHIVE_FORMAT = 1
 LEDGER_DIR = "ledger"
@@ -84,6 +85,8 @@ class ExportResult:
     bytes: int
     export_seq: int
     checkpoint: str
+    report: Report | None = None
+    """The report written to ``report_dir`` (None without one)."""
 
 
 def _csv_bytes(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> bytes:
@@ -644,7 +647,15 @@ def _analysis_files(
     study: Study | None = None,
     fold: _Fold | None = None,
     verification: Callable[[], Any] | None = None,
-) -> list[dict[str, Any]]:
+    report_dir: Path | None = None,
+) -> tuple[list[dict[str, Any]], Report | None]:
+    """The archive's ``analysis/`` files: results, tables, checklists and the report.
+
+    Returns the results and, with ``report_dir``, the report written there (its figures and
+    HTML are rendered once, into ``report_dir``, and the archive takes the same bytes; None
+    when the report module is not installed). ``verification``, when given, gives the
+    verifier's report of the ledger (the export's child process) to the report.
+    """
     results = [{"seq": e.seq, **e.body} for e in log.events("analysis.result")]
     if not results:
         raise StudyError(f"{root}: nothing to export yet; run 'ledger analyze' first")
@@ -675,17 +686,18 @@ def _analysis_files(
     try:
         from analysis._report import build_report
     except ImportError:  # the report module is optional for an export
-        return results
+        return results, None
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        build_report(root, Path(tmp), flow=flow, verification=verification)
-        for path in sorted(Path(tmp).rglob("*")):
-            if path.is_file():
-                rel = path.relative_to(tmp).as_posix()
-                name = "analysis/report.html" if rel == "report.html" else f"analysis/figures/{rel}"
-                w.put(name, path.read_bytes())
-    return results
+        out = Path(tmp) if report_dir is None else report_dir
+        report = build_report(root, out, flow=flow, verification=verification)
+        # what build_report wrote: its figures and report.html (report_dir may hold others)
+        written = [*(figure.path for figure in report.figures), report.html_path]
+        for rel, path in sorted((p.relative_to(out).as_posix(), p) for p in written):
+            name = "analysis/report.html" if rel == "report.html" else f"analysis/figures/{rel}"
+            w.put(name, path.read_bytes())
+    return results, None if report_dir is None else report
 
 
 def _reporting_files(w: _Writer, log: Ledger, fold: _Fold | None = None) -> Flow:
@@ -1218,12 +1230,16 @@ def export_study(
     *,
     force: bool = False,
     public: PublicExport | None = None,
+    report_dir: str | Path | None = None,
 ) -> ExportResult:
     """Write the archive of the analysed study at ``root`` into ``directory``.
 
     With ``public``, the archive is the public one of ``docs/privacy.md``: every blob and file
     the locked ``[privacy]`` policy withholds is left out (committed in ``export.created``) and
-    written, encrypted to the auditors, to the annex file instead.
+    written, encrypted to the auditors, to the annex file instead. With ``report_dir``, the
+    report the archive holds (its figures and ``report.html``) is also left in that folder, as
+    :func:`analysis.build_report` ``(root, report_dir)`` would write it, without rendering it
+    a second time (``ledger demo`` does this).
     """
     root, target = Path(root), Path(directory)
     real_root, real_target = root.resolve(), target.resolve()
@@ -1294,8 +1310,14 @@ def export_study(
             _trial_files(w, log, fold)
             if study.steps:
                 _step_file(w, study, log, fold)
-            results = _analysis_files(
-                w, root, log, study, fold, background.result if background else None
+            results, report = _analysis_files(
+                w,
+                root,
+                log,
+                study,
+                fold,
+                background.result if background else None,
+                None if report_dir is None else Path(report_dir),
             )
             if background is not None:
                 background.close()  # reaped (its report was read, or there is no report)
@@ -1389,4 +1411,4 @@ def export_study(
             ) from exc
         raise
     fsync_directory(target.parent)
-    return ExportResult(target, w.files, w.bytes, event.seq, note)
+    return ExportResult(target, w.files, w.bytes, event.seq, note, report)

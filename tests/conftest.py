@@ -1,8 +1,9 @@
 """Shared fixtures (keys, a fixed clock, small ledgers, studies built once per session) and
 how the parallel run (pytest-xdist, see README) hands tests to workers.
 
-Session-scoped fixtures are built once per xdist worker, never shared between workers: each
-lives in that worker's own ``tmp_path_factory`` directory. Tests must not change what a
+Session-scoped fixtures are built once per xdist worker, each in that worker's own
+``tmp_path_factory`` directory, except those made with :func:`built_once` (the simulated
+archive): built by one worker and shared by all of the run's. Tests must not change what a
 session- or module-scoped fixture returns; they copy it (``shutil.copytree``) and change the
 copy.
 """
@@ -10,7 +11,7 @@ copy.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -200,13 +201,47 @@ def study_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def built_once(
+    tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]
+) -> Path:
+    """The folder ``name``, filled by ``build`` once per test run and shared by its workers.
+
+    Without pytest-xdist: a folder of this session. Under it, every worker's ``basetemp`` lies
+    in one folder of the run; the first worker to get here builds ``name`` there while it holds
+    an exclusive ``fcntl.flock`` and marks it built, and the others wait for the lock and take
+    the same folder (the pytest-xdist docs' recipe for a session fixture executed once). A
+    build that failed half-way is removed and tried again by the next worker. Read-only for
+    tests, as every session fixture is (copy it to change it): the other workers share it.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        out = tmp_path_factory.mktemp(name)
+        build(out)
+        return out
+    import fcntl
+    import shutil
+
+    run = tmp_path_factory.getbasetemp().parent
+    out = run / name
+    with open(run / f"{name}.lock", "wb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (out / ".built").exists():
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            build(out)
+            (out / ".built").touch()
+    return out
+
+
 @pytest.fixture(scope="session")
-def simulated_archive(tmp_path_factory: pytest.TempPathFactory, study_template: Path) -> Path:
-    """A fresh export of a simulated study (2 replicates: 70 trials), built once per session.
+def simulated_archive(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Path:
+    """A fresh export of a simulated study (2 replicates: 70 trials), built once per test run.
 
     Run, scored, unblinded, analysed and exported with the study's owner key and a private
     ``PROMPT_LEDGER_HOME``. The archive is ``<base>/archive``; the study it was exported from
-    is ``<base>/study`` beside it. Read-only for tests: copy it to change it.
+    is ``<base>/study`` beside it. Built once for all the xdist workers (:func:`built_once`):
+    read-only for tests, copy it to change it.
     """
     from helpers import make_study, study_key
 
@@ -216,18 +251,19 @@ def simulated_archive(tmp_path_factory: pytest.TempPathFactory, study_template: 
     from runner._backends import SimulatedBackend
     from runner._execute import RunOptions, run_study
 
-    base = tmp_path_factory.mktemp("simulated-archive")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PROMPT_LEDGER_HOME", str(base / "home"))
-        root = make_study(base / "study", replicates=2, template=study_template)
-        key = study_key()
-        run_study(root, key, SimulatedBackend(), RunOptions(concurrency=8))
-        score_study(root, key)
-        unblind_study(root, key)
-        analyze_study(root, key)
-        out = base / "archive"
-        export_study(root, out, key)
-    return out
+    def build(base: Path) -> None:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("PROMPT_LEDGER_HOME", str(base / "home"))
+            template = request.getfixturevalue("study_template")  # by the builder only
+            root = make_study(base / "study", replicates=2, template=template)
+            key = study_key()
+            run_study(root, key, SimulatedBackend(), RunOptions(concurrency=8))
+            score_study(root, key)
+            unblind_study(root, key)
+            analyze_study(root, key)
+            export_study(root, base / "archive", key)
+
+    return built_once(tmp_path_factory, "simulated-archive", build) / "archive"
 
 
 @pytest.fixture(scope="session")

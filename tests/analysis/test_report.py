@@ -62,9 +62,31 @@ def studies(
 
 
 @pytest.fixture(scope="module")
-def built_report(studies: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Report:
-    """The report of the analysed study, built once for the module (read-only)."""
-    return build_report(studies["ok"], tmp_path_factory.mktemp("report-out"))
+def exported(
+    studies: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[Path, Report]]:
+    """The analysed and the failed study, each exported once from a copy (the copy keeps the
+    study folder's name, which the report shows): ``(archive, report)``, the report being the
+    one the export rendered for the archive, left in a folder of its own as
+    ``build_report(study, folder)`` writes it (``export_study(..., report_dir=...)``).
+    Read-only."""
+    from analysis._export import export_study
+
+    out = {}
+    for which in ("ok", "failed"):
+        base = tmp_path_factory.mktemp(f"exported-{which}")
+        root = base / studies[which].name
+        shutil.copytree(studies[which], root)
+        done = export_study(root, base / "archive", study_key(), report_dir=base / "report-out")
+        assert done.report is not None
+        out[which] = (base / "archive", done.report)
+    return out
+
+
+@pytest.fixture(scope="module")
+def built_report(exported: dict[str, tuple[Path, Report]]) -> Report:
+    """The report of the analysed study, built once for the module by its export (read-only)."""
+    return exported["ok"][1]
 
 
 @pytest.fixture(scope="module")
@@ -189,8 +211,10 @@ def test_terminal_tables(studies: dict[str, Path], built_report: Report) -> None
     assert "ledger VERIFIED" in out
 
 
-def test_failed_result_is_rendered_with_its_error(studies: dict[str, Path], tmp_path: Path) -> None:
-    report = build_report(studies["failed"], tmp_path / "out")
+def test_failed_result_is_rendered_with_its_error(
+    exported: dict[str, tuple[Path, Report]],
+) -> None:
+    report = exported["failed"][1]
     failed_ids = {r["id"] for r in report.failed}
     assert "model.lmm" in failed_ids and "hypothesis.H1" in failed_ids
     text = report.html_path.read_text(encoding="utf-8")
@@ -316,16 +340,16 @@ def test_browser_renders_the_figures(built: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("which", ["ok", "failed"])
 def test_the_verifier_reads_the_report_as_written(
-    studies: dict[str, Path], tmp_path: Path, which: str
+    exported: dict[str, tuple[Path, Report]], which: str
 ) -> None:
     """The verifier's ``report`` check re-derives every table of report.html from the events;
     it agrees with the writer, also on an amendment and on results that could not be computed."""
-    from analysis._export import export_study
     from verify import Status, verify_archive
 
-    export_study(studies[which], tmp_path / "archive", study_key())
+    archive, written = exported[which]
+    assert (archive / "analysis" / "report.html").read_bytes() == written.html_path.read_bytes()
     with science_skipped():  # only the report and layout checks are read
-        report = verify_archive(tmp_path / "archive")
+        report = verify_archive(archive)
     check = report.get("report")
     assert check is not None and check.status is Status.PASS, check
     layout = report.get("layout")

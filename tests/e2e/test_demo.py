@@ -41,6 +41,17 @@ def test_demo_runs_offline_verifies_and_catches_the_tamper(tmp_path: Path) -> No
     archive = tmp_path / "demo" / "archive"
     assert (archive / "MANIFEST.sha256").is_file()
     assert (archive / "analysis" / "report.html").is_file()
+    # rendered once: the study's report folder holds the archive's report, byte for byte
+    study_report = tmp_path / "demo" / "study" / "report"
+    assert f"report {study_report / 'report.html'}" in out
+    html = (study_report / "report.html").read_bytes()
+    assert html == (archive / "analysis" / "report.html").read_bytes()
+    figures = sorted(study_report.glob("*.png"))
+    assert figures and sorted(p.name for p in study_report.iterdir()) == sorted(
+        [*(p.name for p in figures), "report.html"]
+    )
+    for figure in figures:
+        assert figure.read_bytes() == (archive / "analysis" / "figures" / figure.name).read_bytes()
     assert_flow_matches_ledger(archive)  # docs/reporting.md §1
     check = subprocess.run(
         ["sha256sum", "--quiet", "-c", "MANIFEST.sha256"],

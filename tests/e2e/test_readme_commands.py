@@ -109,8 +109,12 @@ def walkthrough(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
                 text = text.replace("replicates = 30", "replicates = 1")
                 # and a smaller plan: 10 simulated studies a cell instead of 200 (minutes), the
                 # registered analysis only (docs/planning.md: the sensitivity models are most
-                # of a plan's time; tests/analysis/test_plan.py plans and verifies them)
+                # of a plan's time; tests/analysis/test_plan.py plans and verifies them), at
+                # one replicate setting instead of two (4; the 30-replicate cells simulate
+                # 1,050 trials a study)
                 text = text.replace("studies = 200", "studies = 10\nsensitivity = false", 1)
+                assert "replicates = [4, 30]\n" in text, "the template's [plan] replicates"
+                text = text.replace("replicates = [4, 30]\n", "replicates = [4]\n", 1)
                 spec.write_text(text, "utf-8")
             elif argv[0] == "ledger" and argv[1] == "view":
                 viewed(Path(expand(argv[2])))  # it serves until stopped: pages fetched here

@@ -23,7 +23,7 @@ from helpers import make_study, science_skipped, study_key
 
 from analysis._analyze import analyze_study
 from analysis._export import export_study
-from analysis._report import build_report, render_terminal
+from analysis._report import Report, render_terminal
 from analysis._scoring import score_study, unblind_study
 from ledger import Ledger
 from ledger.cli import main
@@ -72,16 +72,20 @@ def status(study: Path) -> tuple[str, dict[str, Any]]:
     return text, data
 
 
-def finish(study: Path, tmp_path: Path) -> tuple[Any, Path]:
-    """Score, unblind, analyse, report and export the run study; (analysis, archive)."""
+def finish(study: Path, tmp_path: Path) -> tuple[Any, Path, Report]:
+    """Score, unblind, analyse, report and export the run study; (analysis, archive, report).
+
+    The report is the one the export renders for the archive, left in the study's ``report``
+    folder as ``build_report(study)`` writes it (``export_study(..., report_dir=...)``).
+    """
     key = study_key()
     score_study(study, key)
     unblind_study(study, key)
     analysed = analyze_study(study, key)
-    build_report(study)
     out = tmp_path / "archive"
-    export_study(study, out, key)
-    return analysed, out
+    exported = export_study(study, out, key, report_dir=study / "report")
+    assert exported.report is not None
+    return analysed, out, exported.report
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +102,15 @@ def unlisted(
         for server in chat_server([OTHER]):
             result = run_openai(study, server, "--concurrency", "4")
             url = server.url
-        analysed, archive = finish(study, tmp)
-        yield {"study": study, "run": result, "url": url, "analysed": analysed, "archive": archive}
+        analysed, archive, report = finish(study, tmp)
+        yield {
+            "study": study,
+            "run": result,
+            "url": url,
+            "analysed": analysed,
+            "archive": archive,
+            "report": report,
+        }
 
 
 # ---------------------------------------------------------------------------- the bad input
@@ -151,7 +162,7 @@ def test_ledger_analyze_and_the_report_warn(unlisted: dict[str, Any]) -> None:
         "server reports, not proof of which model answered."
     )
     console = Console(record=True, width=400)
-    render_terminal(build_report(unlisted["study"]), console)
+    render_terminal(unlisted["report"], console)
     assert "WARNING MODEL IDENTITY NOT CONFIRMED" in console.export_text()
 
 
@@ -222,7 +233,7 @@ def test_a_server_that_lists_the_locked_model_gives_no_warning(
     assert preflight.body["server_identity"]["listed"] == {MODEL: True}
     text, data = status(study)
     assert "WARNING" not in text and data["model_identity_warnings"] == []
-    _, archive = finish(study, tmp_path)
+    _, archive, _ = finish(study, tmp_path)
     assert "MODEL IDENTITY" not in (archive / "README.md").read_text("utf-8")
     assert 'class="banner identity"' not in (study / "report" / "report.html").read_text("utf-8")
     report = verify_archive(archive)
