@@ -519,6 +519,14 @@ def _view(study: Path) -> Any:
     return Archive(run)
 
 
+def _changed_body(view: Any, seq: int, **changes: Any) -> None:
+    """Event ``seq``'s body as the view's checks read it, with ``changes`` (the view keeps
+    packed bodies and rebuilds each when read, so a change is made where bodies are read)."""
+    body = {**view.body(seq), **changes}
+    read = view.envs.body
+    view.envs.body = lambda index: body if index == seq else read(index)
+
+
 def test_a_tampered_data_response_fails_naming_its_seq(archive: Path) -> None:
     """The physician's reply is changed and the archive re-signed: the response is no longer
     the locked item field."""
@@ -544,7 +552,7 @@ def test_a_review_outside_its_sample_fails_naming_its_seq(study: Path) -> None:
     sample = results(study)["review.refsets"]["values"]["sample"]
     outside = next(i["id"] for i in ITEMS if i["id"] not in sample)
     seq = next(s for s in view.of_kind("review.recorded") if view.body(s)["sample"] == "refsets")
-    view.body(seq)["subject"] = outside
+    _changed_body(view, seq, subject=outside)
     check = check_steps(view)
     assert check.status.name == "FAIL"
     assert f"seq {seq}: review.recorded subject '{outside}' is not an item" in check.reason
@@ -555,7 +563,7 @@ def test_a_review_removing_what_the_set_lacks_fails_naming_its_seq(study: Path) 
 
     view = _view(study)
     seq = next(s for s in view.of_kind("review.recorded") if view.body(s)["sample"] == "refsets")
-    view.body(seq)["value"] = {"plausible": {"remove": ["not a listed diagnosis"]}}
+    _changed_body(view, seq, value={"plausible": {"remove": ["not a listed diagnosis"]}})
     check = check_steps(view)
     assert check.status.name == "FAIL" and f"seq {seq}:" in check.reason
     assert "is not in the set" in check.reason
