@@ -66,6 +66,10 @@ class Page:
         self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
         self.page.on("requestfailed", lambda r: self.errors.append(f"failed: {r.url}"))
 
+    def leave(self) -> None:
+        """Go to a blank page, so that nothing polls a viewer that is about to stop."""
+        self.page.goto("about:blank")
+
     def close(self) -> None:
         self.context.close()
         assert not self.errors, self.errors
@@ -112,6 +116,8 @@ class Viewer:
 
 @pytest.fixture
 def archive_viewer(simulated_archive: Path) -> Iterator[Viewer]:
+    """The simulated archive in ``ledger view``; a test asks for it before ``page``, so the page
+    is closed before the viewer stops (its /api/status poll would otherwise fail)."""
     v = Viewer(simulated_archive)
     yield v
     err = v.stop()
@@ -123,7 +129,7 @@ def loaded(page: Any, selector: str) -> bool:
 
 
 def test_browser_filter_open_a_trial_see_its_image_and_response_then_compare(
-    page: Page, archive_viewer: Viewer
+    archive_viewer: Viewer, page: Page
 ) -> None:
     p = page.page
     p.goto(archive_viewer.url + "/trials")
@@ -159,7 +165,7 @@ def test_browser_filter_open_a_trial_see_its_image_and_response_then_compare(
 
 
 def test_browser_overview_shows_verification_passed_once_the_background_check_ends(
-    page: Page, archive_viewer: Viewer
+    archive_viewer: Viewer, page: Page
 ) -> None:
     p = page.page
     p.goto(archive_viewer.url + "/")
@@ -188,6 +194,7 @@ def test_browser_tampered_archive_shows_failed_and_still_browses(
         assert "Verification FAILED at seq" in p.inner_text(".fault-detail >> nth=0")
         assert "59 of 61" in p.inner_text("#score")
     finally:
+        page.leave()
         viewer.stop()
 
 
@@ -236,6 +243,7 @@ def test_browser_watch_a_live_run_add_trials(
         p.click("a.trial-link >> nth=0")
         p.wait_for_selector("pre.response")
     finally:
+        page.leave()
         err = viewer.stop()
     assert "Traceback" not in err, err
 
