@@ -101,7 +101,8 @@ def _rewrite_test_modules(config: pytest.Config, tests: Path) -> None:
     for fn in sorted([*tests.rglob("test_*.py"), *tests.rglob("conftest.py")]):
         pyc = get_cache_dir(fn) / (fn.name[:-3] + tail)
         try:
-            header = pyc.read_bytes()[:16]
+            with pyc.open("rb") as cached:
+                header = cached.read(16)  # magic, flags and source hash: the rest is code
         except OSError:
             header = b""
         fresh = header[:8] == importlib.util.MAGIC_NUMBER + b"\x03\x00\x00\x00"
