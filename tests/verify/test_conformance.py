@@ -126,6 +126,10 @@ def test_the_generator_is_deterministic_and_the_slice_covers_every_family() -> N
         "three-levels",
     ):
         assert edge in tags, edge
+    # the versions of the draws: the soak's seeds draw `sign-test` at the latest, none at 1
+    drawn = [s for s in range(1000, 1052) if "sign-test" in generate(s).files["study.toml"]]
+    assert drawn, "no soak seed draws sign-test"
+    assert not any("sign-test" in generate(s, draws=1).files["study.toml"] for s in drawn)
 
 
 def test_every_family_generates_a_study_the_lock_accepts(tmp_path: Path) -> None:
@@ -251,7 +255,7 @@ def test_regression_judge_agreement_with_unanimous_judges(tmp_path: Path) -> Non
     chance agreement is 1 and kappa is 0/0. The writer (statsmodels) recorded NaN as "ok", the
     verifier's formula divided by zero ("failed"), and the honest archive FAILED
     ``reanalysis``. Both sides now record kappa null with the reason (analysis.md §8)."""
-    design = generate(48)
+    design = generate(48, draws=1)
     assert _files_digest(design) == "a70ec98293670de8", "the generator drifted: re-pin it"
     key = owner_key(48)
     archive = run_design(design, tmp_path, key)
@@ -268,7 +272,7 @@ def test_regression_forest_plot_of_an_equivalence_beyond_its_margin(tmp_path: Pa
     (100 pp) lay far beyond its margin (20 pp) drew its marker and label outside the forest
     plot's x range; constrained layout then collapsed the axes to make room (a matplotlib
     warning, an error under pytest) and the export failed. The range now holds the difference."""
-    design = generate(1008)
+    design = generate(1008, draws=1)
     assert _files_digest(design) == "4dd80d77b9745081", "the generator drifted: re-pin it"
     key = owner_key(1008)
     archive = run_design(design, tmp_path, key)
@@ -290,7 +294,7 @@ def test_regression_mixed_models_at_their_reml_maximum(
     (seed 44) and a sensitivity model (seed 23) short of the REML maximum, which the verifier
     refused ("not a stationary point", "not a maximum"). Issue 42's exact-gradient polish
     records both at the maximum; the honest archives verify."""
-    design = generate(seed)
+    design = generate(seed, draws=1)
     assert _files_digest(design) == digest, "the generator drifted: re-pin it"
     key = owner_key(seed)
     verify_honest(design, run_design(design, tmp_path, key), key)
@@ -329,7 +333,7 @@ def test_regression_degenerate_mixed_models(
       bounds, ``variance_ci_note``). Its phase-one per-model fit, at the boundary, the
       verifier's own optimum stopped at 1.6e-7 instead of 0; it now tries the boundary.
     """
-    design = generate(seed, family)
+    design = generate(seed, family, draws=1)
     assert _files_digest(design) == digest, "the generator drifted: re-pin it"
     key = owner_key(seed)
     archive = run_design(design, tmp_path, key)
@@ -363,7 +367,7 @@ def test_regression_a_failed_mixed_model_is_not_also_not_applicable(
     constant outcome. The writer failed the model (one arm; two rows), the verifier called
     the constant outcome "not applicable" first. Both now apply every failure check before
     the not-applicable rule (docs/statistics.md)."""
-    design = generate(seed)
+    design = generate(seed, draws=1)
     assert _files_digest(design) == digest, "the generator drifted: re-pin it"
     key = owner_key(seed)
     archive = run_design(design, tmp_path, key)
@@ -378,7 +382,7 @@ def test_regression_writer_reml_polish_beyond_exp_range(tmp_path: Path) -> None:
     L-BFGS-B polish of a mixed model tried a log variance beyond ``math.exp``'s range and the
     analysis crashed (OverflowError) before any archive was written. Such a point is now no
     candidate (a non-finite likelihood), and the honest archive verifies."""
-    design = generate(1076)
+    design = generate(1076, draws=1)
     assert _files_digest(design) == "9335640948dd1a2e", "the generator drifted: re-pin it"
     key = owner_key(1076)
     verify_honest(design, run_design(design, tmp_path, key), key)
@@ -405,7 +409,7 @@ def test_regression_gee_without_enough_data_for_its_working_correlation(tmp_path
     by within-item pairs less coefficients; statsmodels returned NaN variances (the writer:
     "not applicable", a degenerate term), the verifier's own solver divided by zero
     ("failed"). Both sides now apply rule 0 of mcq-statistics.md §8 before fitting."""
-    design = generate(15)
+    design = generate(15, draws=1)
     assert _files_digest(design) == "f3a0f89cf786a1a1", "the generator drifted: re-pin it"
     key = owner_key(15)
     archive = run_design(design, tmp_path, key)
@@ -421,7 +425,7 @@ def test_regression_gee_whose_working_covariance_is_singular(tmp_path: Path) -> 
     covariance was singular. statsmodels returned a model-based variance of -1e-14 (the writer:
     "not applicable", a degenerate term), the verifier's solver raised "Singular matrix"
     ("failed"). A singular fit is degenerate on both sides (mcq-statistics.md §8, rule 3)."""
-    design = generate(1112)
+    design = generate(1112, draws=1)
     assert _files_digest(design) == "49ae5c5ad758cfdb", "the generator drifted: re-pin it"
     key = owner_key(1112)
     archive = run_design(design, tmp_path, key)
