@@ -36,6 +36,7 @@ from scipy import stats as sps
 
 from analysis import _stats as stats
 from analysis import parsers, statistics
+from analysis._result_text import NOT_APPLICABLE as NOT_APPLICABLE
 from analysis._rows import Column, columns_frame, plain, split_trial
 from analysis.statistics.lmm import MODEL_CAUTION
 from ledger import EventSpec, Ledger, SealPolicy, SigningKey
@@ -595,11 +596,6 @@ def _clean(value: Any) -> Any:
         f = float(value)
         return f if math.isfinite(f) else None
     return value
-
-
-NOT_APPLICABLE = "not applicable"
-"""The status and the verdict of a test that does not apply to the data (``docs/analysis.md``
-§3): its values hold the ``reason``; it has no error and, as a hypothesis, no decision."""
 
 
 def _guard(result: Result, compute: Callable[[], None]) -> Result:

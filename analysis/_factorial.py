@@ -20,12 +20,14 @@ from typing import Any, Final
 
 import numpy as np
 import pandas as pd
-import scipy.stats as sps
 
 from analysis import _stats as stats
+from analysis._deferred import DeferredModule
 from runner import FACTORIAL_OUTCOMES, design_columns
 
 __all__ = ["OUTCOMES", "factorial_values", "interactions", "plan_cells"]
+
+sps = DeferredModule("scipy.stats")  # imported on first use (analysis._deferred)
 
 OUTCOMES: Final = FACTORIAL_OUTCOMES
 """``outcome`` -> (the analysis dataset's trial column, the GEE family): the runner's table

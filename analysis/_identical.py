@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from analysis._parse import ParseError, response_text
 from analysis._scoring import unwrap_batch
+
+if TYPE_CHECKING:  # the viewer imports this module for the banner: pandas only for a type
+    import pandas as pd
 
 __all__ = [
     "IDENTICAL_ID",

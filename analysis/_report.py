@@ -36,12 +36,16 @@ from rich.markup import escape
 
 from analysis import _flow as trial_flow
 from analysis import _stats as stats
-from analysis._analyze import NOT_APPLICABLE, ORIENTATIONS, TUMBLING_E, labels, verdict_caution
+from analysis._analyze import ORIENTATIONS, TUMBLING_E, labels, verdict_caution
 from analysis._identical import IDENTICAL_ID, identical_banner
+from analysis._result_text import NOT_APPLICABLE
+from analysis._result_text import estimate_text as _estimate_text
+from analysis._result_text import not_applicable_text as _not_applicable
+from analysis._result_text import p_text as _p_text
+from analysis._result_text import rule_text as _rule_text
 from analysis.statistics import MIXED_MODEL, is_mixed_model, kind_of
 from analysis.statistics._base import difference_effect
 from analysis.statistics._format import contrast as _contrast
-from analysis.statistics._format import diagnoses as _diagnoses
 from analysis.statistics._format import fmt as _fmt
 from analysis.statistics._format import num as _num
 from analysis.statistics._format import p as _p
@@ -365,59 +369,6 @@ def _hypothesis_plan(report: Report, hypothesis: str | None) -> dict[str, Any]:
         if base is not None and h.get("id") == base:
             return dict(h)
     return {}
-
-
-def _not_applicable(result: dict[str, Any]) -> str:
-    """The cell of a result that does not apply (``docs/analysis.md`` §3): the reason."""
-    return f"not applicable: {(result.get('values') or {}).get('reason') or 'no reason given'}"
-
-
-def _estimate_text(result: dict[str, Any]) -> str:
-    """Estimate and CI of a hypothesis result in words (percentage points of accuracy)."""
-    if result.get("status") == "failed":
-        return "not computed"
-    if result.get("status") == NOT_APPLICABLE:
-        return NOT_APPLICABLE
-    v = result.get("values") or {}
-    kind = kind_of(result)
-    if kind is not None and kind.estimate_text is not None:
-        return kind.estimate_text(v)
-    est, lower, upper = _contrast(v)
-    if est is None:
-        return "–"
-    conf = _num(v.get("conf")) or 0.95
-    # a ddx breadth difference is a number of diagnoses, not percentage points (analysis.md §9)
-    pp = _pp if v.get("outcome") != "breadth" else _diagnoses
-    lo = "−∞" if lower is None else pp(lower)
-    hi = "+∞" if upper is None else pp(upper)
-    both = v.get("ci_two_sided")
-    extra = (
-        f"; two-sided 95% CI {pp(both[0])} to {pp(both[1])}"
-        if isinstance(both, list) and len(both) == 2
-        else ""
-    )
-    return f"{pp(est)} ({conf * 100:.0f}% CI {lo} to {hi}{extra})"
-
-
-def _p_text(result: dict[str, Any]) -> str:
-    v = result.get("values") or {}
-    if result.get("status") == "failed" or "p_raw" not in v:
-        return "–"
-    text = f"p = {_p(v.get('p_raw'))}"
-    if "p_adjusted" in v:
-        text += f"; {v.get('correction')}-adjusted {_p(v.get('p_adjusted'))}"
-        if v.get("family"):
-            text += f" (family {v['family']}, {v.get('family_size', '?')} tests)"
-    return text
-
-
-def _rule_text(result: dict[str, Any]) -> str:
-    if result.get("status") == "failed":
-        return f"not computed: {result.get('error') or 'unknown error'}"
-    if result.get("status") == NOT_APPLICABLE:
-        return _not_applicable(result)
-    decided = result.get("decided_by") or {}
-    return str(decided.get("rule", "–"))
 
 
 def _contrast_text(report: Report, result: dict[str, Any]) -> str:

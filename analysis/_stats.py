@@ -23,9 +23,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-from scipy import stats as sps
-from statsmodels.regression.mixed_linear_model import MixedLM
-from statsmodels.tools.sm_exceptions import ConvergenceWarning
+
+from analysis._deferred import DeferredModule
 
 __all__ = [
     "BootstrapResult",
@@ -68,6 +67,11 @@ __all__ = [
     "wald_test",
     "wilson",
 ]
+
+# imported on first use: describing a recorded result needs neither (analysis._deferred)
+sps = DeferredModule("scipy.stats")
+mixed_linear_model = DeferredModule("statsmodels.regression.mixed_linear_model")
+sm_exceptions = DeferredModule("statsmodels.tools.sm_exceptions")
 
 #: Upper bound on the number of index draws held in memory at once by the bootstraps.
 CHUNK_ELEMENTS = 1 << 18
@@ -1269,7 +1273,7 @@ def _statsmodels_fit(
     failure raises StatsError.
     """
     try:
-        result = MixedLM(y, exog, groups=groups).fit(reml=True)
+        result = mixed_linear_model.MixedLM(y, exog, groups=groups).fit(reml=True)
         group_var = float(np.asarray(result.cov_re, dtype=np.float64)[0, 0])
         resid_var = float(result.scale)
         fe = np.asarray(result.fe_params, dtype=np.float64)
@@ -1478,7 +1482,7 @@ def mixed_model(
         (group_var, resid_var, llf), (fe, cov) = direct
         converged = True
         if group_var < 0.01:  # statsmodels' boundary warning, by its own rule
-            caught.append(f"{ConvergenceWarning.__name__}: {BOUNDARY_WARNING}")
+            caught.append(f"{sm_exceptions.ConvergenceWarning.__name__}: {BOUNDARY_WARNING}")
     if resid_var > 0 and group_var >= 0:
         group_var, resid_var, llf, fe, cov = _to_the_maximum(
             y, exog, codes, group_var, resid_var, llf, fe, cov

@@ -147,44 +147,71 @@ holding one of them for minutes."""
 
 
 LONG_UNITS = (
+    # the slow set's longest (CI's `-m slow` run; in the README's set they are short)
     "serial: processes and timing",
     "tests/runner/test_cloud_backends.py",
     "tests/analysis/test_view_browser.py",
     "tests/verify/test_conformance_soak.py::test_conformance_soak[0]",
     "tests/verify/test_conformance_soak.py::test_conformance_soak[1]",
-    "tests/analysis/test_reml_maximum.py",
     "tests/runner/test_phases.py",
-    "tests/verify/test_archive_tamper.py",
-    "tests/e2e/test_template_green.py",
-    "tests/runner/test_steps_crash.py",
-    "tests/e2e/test_template_mcq.py",
-    "tests/runner/test_steps_seed_crash.py",
-    "tests/analysis/test_human_inputs.py",
-    "tests/analysis/test_analysis_pipeline.py",
-    "tests/analysis/test_report.py",
-    "tests/e2e/test_demo.py",
-    "tests/project/test_structure.py",
-    "tests/e2e/test_readme_commands.py",
+    "tests/analysis/test_reml_maximum.py",
     "tests/e2e/test_template_mcq_data.py",
+    "tests/runner/test_steps_crash.py",
+    "tests/runner/test_steps_seed_crash.py",
+    "tests/e2e/test_template_green.py",
+    "tests/e2e/test_template_mcq.py",
+    # the README's set, longest first
     "tests/ledger/test_serve_append.py",
-    "tests/runner/test_workers.py",
+    "tests/verify/test_archive_tamper.py",
+    "tests/e2e/test_demo.py",
     "tests/ledger/test_store_postgres.py",
+    "tests/analysis/test_report.py",
+    "tests/e2e/test_several_models.py",
+    "tests/analysis/test_analysis_pipeline.py",
+    "tests/e2e/test_single_answer_studies.py",
+    "tests/runner/test_workers.py",
+    "tests/project/test_bad_input_fs.py",
+    "tests/e2e/test_readme_commands.py",
+    "tests/analysis/test_view_hostile.py",
+    "tests/e2e/test_text_studies.py",
+    "tests/analysis/test_sensitivity.py",
+    "tests/verify/test_verify_science.py",
+    "tests/analysis/test_gee_degenerate.py",
+    "tests/analysis/test_mcq_hypotheses.py",
+    "tests/analysis/test_privacy.py",
+    "tests/verify/test_verify_text_study.py",
+    "tests/ledger/test_tiles.py",
+    "tests/runner/test_study_witness.py",
+    "tests/verify/test_verify_reml.py",
+    "tests/analysis/test_human_inputs.py",
+    "tests/analysis/test_parse_score.py",
+    "tests/e2e/test_readme_library.py",
     "tests/runner/test_provenance.py",
-    "tests/analysis/test_plan.py",
+    "tests/analysis/test_ddx.py",
     "tests/analysis/test_reporting.py",
-    "tests/verify/test_verify_sessions.py",
-    "tests/ledger/test_canonical.py",
     "tests/analysis/test_stats.py",
+    "tests/analysis/test_load.py",
+    "tests/runner/test_model_identity.py",
+    "tests/ledger/test_serve_commands.py",
+    "tests/runner/test_study_language.py",
+    "tests/ledger/test_canonical.py",
+    "tests/analysis/test_plan.py",
+    "tests/verify/test_verify_postgres.py",
+    "tests/verify/test_verify_sessions.py",
+    "tests/project/test_cli_house.py",
 )
-"""Units of work that take longest, longest first (measured on two cores: in the slow set the
-serial unit about 90 s, the cloud backends' module about 2 minutes, the browser tests (run with
-the slow set by .ci/run) about 2 minutes with their two demo builds, each conformance soak chunk
-about a minute, the REML module's 10,010-trial study 52 s, the judge-phase kill soak 56 s, the
-medmcqa demo module 45 s; in the
-README's set the archive-tamper module about 37 s, the analysis pipeline, report and demo
-modules 15-25 s each, the service, workers and PostgreSQL modules 10-13 s, on a quiet machine).
-They are handed out first, so that the two workers end together instead of one finishing a
-long unit alone at the end (pytest-xdist hands out units in collection order)."""
+"""Units of work that take longest, longest first. They are handed out first, so that the two
+workers end together instead of one finishing a long unit alone at the end; every other unit
+follows in collection order, and the single tests of :data:`SPREAD_MODULES` come last, where
+they fill the gaps. The slow set's (CI's ``-m slow`` run, on two cores): the serial unit about
+90 s, the cloud backends' module about 2 minutes, the browser tests (run with the slow set by
+.ci/run) about 2 minutes with their two demo builds, each conformance soak chunk about a
+minute, the judge-phase kill soak 56 s, the REML module's 10,010-trial study 52 s, the medmcqa
+demo module 45 s. The README's set, summed per-file durations on a clean clone (``pytest
+--durations=0``, two quiet cores, issue 33): the serial unit 42 s, the service and
+archive-tamper modules about 22 s, the demo about 17 s, PostgreSQL 14 s, the report 12 s, then
+11 s down to 3.6 s in this order (the workers' and README modules after their forked workers
+and one-jq audit, about 9 s each)."""
 
 
 def _unit(nodeid: str) -> str:
@@ -196,9 +223,17 @@ def _unit(nodeid: str) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Move the tests of :data:`LONG_UNITS` to the front, longest unit first (stable)."""
+    """Move the tests of :data:`LONG_UNITS` to the front, longest unit first, and the single
+    tests of :data:`SPREAD_MODULES` to the end (stable otherwise)."""
     rank = {unit: i for i, unit in enumerate(LONG_UNITS)}
-    items.sort(key=lambda item: rank.get(_unit(item.nodeid), len(rank)))
+
+    def order(item: pytest.Item) -> int:
+        unit = _unit(item.nodeid)
+        if unit in rank:
+            return rank[unit]
+        return len(rank) + (unit == item.nodeid)  # a spread module's test: one of the last
+
+    items.sort(key=order)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -209,12 +244,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     its module) is built on one worker only. This replaces ``xdist_group`` marks with
     ``--dist loadgroup``, which pytest-xdist 3.8 cannot honour on pytest 9.2: it tags a test's
     group onto ``item._nodeid``, which pytest 9.2's ``item.nodeid`` no longer reads, so every
-    mark is silently ignored (pytest-dev/pytest-xdist#1386). Other ``--dist`` modes are left to
-    pytest-xdist.
+    mark is silently ignored (pytest-dev/pytest-xdist#1386). The units are handed out in the
+    order of :func:`pytest_collection_modifyitems` (pytest-xdist's reordering by test count is
+    turned off). Other ``--dist`` modes are left to pytest-xdist.
     """
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
+
+    # pytest-xdist's --loadscope-reorder (on by default) would hand out the units with the
+    # most tests first, whatever their time: a one-test module of 20 s (the demo) near the
+    # end, after hundreds of quick ones; the order of pytest_collection_modifyitems is kept.
+    config.option.loadscopereorder = False
 
     class SerialAwareLoadFile(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:

@@ -24,8 +24,8 @@ from typing import Any, Literal, TypeAlias
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-from scipy import stats as sps
 
+from analysis._deferred import DeferredModule
 from analysis._stats import (
     EXACT_THRESHOLD,
     McNemarResult,
@@ -84,6 +84,8 @@ __all__ = [
     "rstd",
     "self_consistency",
 ]
+
+sps = DeferredModule("scipy.stats")  # imported on first use (analysis._deferred)
 
 #: The option letters of a four-option item (the default label set).
 LETTERS: tuple[str, ...] = ("A", "B", "C", "D")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from scipy import stats as sps
-
+from analysis._deferred import DeferredModule
 from analysis.mcq import _kinds as mcq_tests
 from analysis.statistics._base import Data, Statistic, decide_by_p
 from analysis.statistics._format import fmt, interval_cell
 from analysis.statistics.flip_rate import always
+
+sps = DeferredModule("scipy.stats")  # imported on first use (analysis._deferred)
 
 
 def _rows(t: mcq_tests.Tables, h: dict[str, Any]) -> Any:

@@ -12,11 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 from analysis import _stats as stats
+from analysis._deferred import DeferredModule
 from analysis.statistics._base import Data, Statistic, contrast_of, decide_by_p, sides_of
 from analysis.statistics._format import fmt
+
+sps = DeferredModule("scipy.stats")  # imported on first use (analysis._deferred)
 
 TIE = 1e-9
 """A per-stimulus difference within this of 0 is a tie (``docs/analysis.md`` §3)."""

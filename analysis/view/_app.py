@@ -622,7 +622,7 @@ class Viewer:
         totals["pending"] = None if scheduled is None else scheduled - (totals["attempted"] or 0)
         verdicts = []
         copies = None
-        from analysis._report import _estimate_text, _p_text, _rule_text
+        from analysis._result_text import estimate_text, p_text, rule_text
 
         for seq, body, _ in idx.singles("analysis.result"):
             values: dict[str, Any] = body.get("values") or {}
@@ -636,9 +636,9 @@ class Viewer:
                         "verdict": body.get("verdict"),
                         "error": body.get("error"),
                         "reason": values.get("reason"),
-                        "estimate": _estimate_text(body),
-                        "p": _p_text(body),
-                        "rule": _rule_text(body),
+                        "estimate": estimate_text(body),
+                        "p": p_text(body),
+                        "rule": rule_text(body),
                     }
                 )
             elif body.get("id") == IDENTICAL_ID and not self.blind:  # analysis.md §3

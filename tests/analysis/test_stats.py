@@ -478,7 +478,7 @@ def test_a_large_design_gets_the_reml_maximum_without_statsmodels(
         raise AssertionError("statsmodels' MixedLM was called")
 
     with monkeypatch.context() as patch:
-        patch.setattr(stats, "MixedLM", refuse)
+        patch.setattr(stats.mixed_linear_model, "MixedLM", refuse)
         fit = stats.mixed_model(df, "acc", "arm", "item", "A")
     assert fit.converged and not fit.singular
     point, reason = check_point(
@@ -529,7 +529,7 @@ def test_a_design_of_many_rows_over_few_groups_is_fitted_from_its_sums(
 
     with monkeypatch.context() as patch:
         patch.setattr(stats, "CLOSED_FORM_MIN_ROWS", n_rows)
-        patch.setattr(stats, "MixedLM", refuse)
+        patch.setattr(stats.mixed_linear_model, "MixedLM", refuse)
         fit = stats.mixed_model(df, "acc", "arm", "probe", "A")
     assert fit.converged and not fit.singular and fit.n_groups == 7
     exog = np.column_stack(

@@ -143,18 +143,32 @@ def test_real_study_walkthrough_runs(walkthrough: Path) -> None:
     not all(shutil.which(t) for t in ("bash", "jq", "openssl", "xxd", "sha256sum")),
     reason="needs bash, jq, openssl, xxd and coreutils",
 )
-def test_auditors_by_hand_check_runs(walkthrough: Path) -> None:
+def test_auditors_by_hand_check_runs(walkthrough: Path, tmp_path: Path) -> None:
     (script,) = sh_blocks(AUDITORS)
-    result = subprocess.run(
-        ["bash", "-e", "-c", script],
-        cwd=walkthrough,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+
+    def audit(cwd: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-e", "-c", script], cwd=cwd, capture_output=True, text=True, timeout=120
+        )
+
+    result = audit(walkthrough)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "broken link" not in result.stdout
     assert "Signature Verified Successfully" in result.stdout + result.stderr
+    # the chain check can fail: one changed hex digit of the third line's prev breaks two
+    # links, that line's (its prev) and the fourth's (the third line's bytes changed)
+    shutil.copytree(walkthrough / "my-study-archive", tmp_path / "my-study-archive")
+    events = tmp_path / "my-study-archive" / "ledger" / "events.jsonl"
+    lines = events.read_text("utf-8").splitlines(keepends=True)
+    linked = re.search(r'"prev":"([0-9a-f]{64})"', lines[2])
+    assert linked, lines[2]
+    digit = "1" if linked.group(1)[-1] == "0" else "0"
+    lines[2] = lines[2].replace(linked.group(1), linked.group(1)[:-1] + digit)
+    events.write_text("".join(lines), "utf-8")
+    tampered = audit(tmp_path)
+    broken = [line for line in tampered.stdout.splitlines() if line.startswith("broken link")]
+    assert len(broken) == 2, tampered.stdout + tampered.stderr
+    assert linked.group(1)[:-1] + digit in broken[0], broken[0]
 
 
 def test_ledger_by_hand_walkthrough_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -41,6 +41,29 @@ def test_start_up_imports_no_heavy_library(argv: list[str]) -> None:
     assert out.strip().splitlines()[-1] == "HEAVY:"
 
 
+def test_the_viewers_modules_import_no_statistics_or_figures_library() -> None:
+    """``ledger view`` imports its modules and formats recorded results (the overview's
+    verdict cells) without scipy.stats, statsmodels or matplotlib: each would cost its
+    process a second of CPU before it serves (the plots import matplotlib when drawn)."""
+    probe = (
+        "import sys\n"
+        "import analysis.view._viewer\n"
+        "from analysis._result_text import estimate_text, p_text, rule_text\n"
+        "result = {'hypothesis': 'H1', 'test': 'lmm', 'status': 'ok', 'verdict': 'supported',\n"
+        "          'values': {'estimate': 0.12, 'ci_lower': 0.02, 'ci_upper': 0.22,\n"
+        "                     'p_raw': 0.01}, 'decided_by': {'rule': 'p < 0.05'}}\n"
+        "print('CELLS:', estimate_text(result), '|', p_text(result), '|', rule_text(result))\n"
+        "heavy = ('scipy.stats', 'statsmodels', 'matplotlib')\n"
+        "print('HEAVY:', *(m for m in heavy if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    lines = out.strip().splitlines()
+    assert lines[-2].startswith("CELLS: ") and "p = " in lines[-2] and "p < 0.05" in lines[-2]
+    assert lines[-1] == "HEAVY:"
+
+
 def test_every_package_command_is_registered_and_loads() -> None:
     ctx = main.make_context("ledger", ["--help"], resilient_parsing=True)
     names = main.list_commands(ctx)

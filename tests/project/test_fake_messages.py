@@ -12,9 +12,8 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import pytest
 from fake_messages import (
     IMAGE_TOKENS,
@@ -26,6 +25,9 @@ from fake_messages import (
     load_responder,
 )
 from locations import SUPPORT_DIR
+
+if TYPE_CHECKING:  # the SDK (about 1.5 s of CPU) is imported by the tests that use it
+    import anthropic
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 32).decode("ascii")
 ARM_TEXT = "Read every row of the chart.\n\nAnswer as JSON.\n"
@@ -67,6 +69,8 @@ def server() -> Iterator[FakeMessagesServer]:
 
 @pytest.fixture
 def client(server: FakeMessagesServer) -> Iterator[anthropic.Anthropic]:
+    import anthropic
+
     with anthropic.Anthropic(api_key="test", base_url=server.base_url, max_retries=0) as c:
         yield c
 
@@ -95,6 +99,8 @@ def test_message_round_trip_with_image(
 
 
 def test_async_round_trip_served_in_parallel() -> None:
+    import anthropic
+
     async def main(base_url: str) -> list[str]:
         async with anthropic.AsyncAnthropic(
             api_key="test", base_url=base_url, max_retries=0
@@ -130,6 +136,8 @@ def test_count_tokens(client: anthropic.Anthropic) -> None:
 
 
 def test_responder_string_dict_and_failure() -> None:
+    import anthropic
+
     full = {
         "id": "msg_custom",
         "type": "message",
@@ -174,12 +182,12 @@ def test_load_responder() -> None:
 
 
 STATUS_FAULTS = [
-    ("429", anthropic.RateLimitError, 429, "rate_limit_error"),
-    ("529", anthropic.OverloadedError, 529, "overloaded_error"),
-    ("500", anthropic.InternalServerError, 500, "api_error"),
-    ("400", anthropic.BadRequestError, 400, "invalid_request_error"),
-    ("401", anthropic.AuthenticationError, 401, "authentication_error"),
-    ("403", anthropic.PermissionDeniedError, 403, "permission_error"),
+    ("429", "RateLimitError", 429, "rate_limit_error"),
+    ("529", "OverloadedError", 529, "overloaded_error"),
+    ("500", "InternalServerError", 500, "api_error"),
+    ("400", "BadRequestError", 400, "invalid_request_error"),
+    ("401", "AuthenticationError", 401, "authentication_error"),
+    ("403", "PermissionDeniedError", 403, "permission_error"),
 ]
 
 
@@ -188,12 +196,14 @@ def test_status_faults_raise_the_sdk_exceptions(
     server: FakeMessagesServer,
     client: anthropic.Anthropic,
     kind: str,
-    exc_type: type[anthropic.APIStatusError],
+    exc_type: str,
     status: int,
     error_type: str,
 ) -> None:
+    import anthropic
+
     server.inject(kind, count=1, retry_after=3)
-    with pytest.raises(exc_type) as info:
+    with pytest.raises(getattr(anthropic, exc_type)) as info:
         create(client, trial_request())
     exc = info.value
     assert isinstance(exc, anthropic.APIStatusError)
@@ -218,6 +228,8 @@ def test_status_faults_raise_the_sdk_exceptions(
 def test_overloaded_is_an_internal_server_error(
     server: FakeMessagesServer, client: anthropic.Anthropic
 ) -> None:
+    import anthropic
+
     server.inject("529")
     with pytest.raises(anthropic.InternalServerError) as info:
         create(client, trial_request())
@@ -227,6 +239,8 @@ def test_overloaded_is_an_internal_server_error(
 def test_drop_raises_connection_error(
     server: FakeMessagesServer, client: anthropic.Anthropic
 ) -> None:
+    import anthropic
+
     server.inject("drop")
     with pytest.raises(anthropic.APIConnectionError) as info:
         create(client, trial_request())
@@ -237,6 +251,8 @@ def test_drop_raises_connection_error(
 
 
 def test_slow_raises_timeout(server: FakeMessagesServer, client: anthropic.Anthropic) -> None:
+    import anthropic
+
     server.inject("slow", seconds=2.0)
     with pytest.raises(anthropic.APITimeoutError):
         create(client, trial_request(), timeout=0.2)
@@ -255,6 +271,8 @@ def test_malformed_body_raises_json_decode_error(
 
 
 def test_real_auth_and_validation_errors(server: FakeMessagesServer) -> None:
+    import anthropic
+
     with (
         anthropic.Anthropic(api_key="wrong", base_url=server.base_url, max_retries=0) as c,
         pytest.raises(anthropic.AuthenticationError),
@@ -273,6 +291,8 @@ def test_real_auth_and_validation_errors(server: FakeMessagesServer) -> None:
 def test_injected_faults_target_a_route(
     server: FakeMessagesServer, client: anthropic.Anthropic
 ) -> None:
+    import anthropic
+
     server.inject("500", route="count_tokens")
     create(client, trial_request())
     with pytest.raises(anthropic.InternalServerError):
@@ -284,6 +304,8 @@ def test_injected_faults_target_a_route(
 def test_retries_honour_retry_after(
     server: FakeMessagesServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import anthropic
+
     slept: list[float] = []
     real_sleep = time.sleep
 
@@ -302,6 +324,8 @@ def test_retries_honour_retry_after(
 
 
 def test_random_faults_are_seeded() -> None:
+    import anthropic
+
     def statuses(seed: int) -> list[int]:
         with (
             FakeMessagesServer(fault_rate=0.5, fault_kinds=("529", "500"), seed=seed) as srv,
@@ -359,6 +383,8 @@ def test_batch_round_trip(server: FakeMessagesServer, client: anthropic.Anthropi
 
 
 def test_batch_errors(server: FakeMessagesServer, client: anthropic.Anthropic) -> None:
+    import anthropic
+
     with pytest.raises(anthropic.NotFoundError) as info:
         client.messages.batches.retrieve("msgbatch_nope")
     assert info.value.type == "not_found_error"
@@ -378,6 +404,8 @@ def test_batch_errors(server: FakeMessagesServer, client: anthropic.Anthropic) -
 
 
 def test_batch_resumed_by_id_from_another_client_and_server(tmp_path: Path) -> None:
+    import anthropic
+
     state = tmp_path / "batches.json"
     with FakeMessagesServer(state_path=state, batch_ready_after_polls=1) as first:
         with anthropic.Anthropic(api_key="test", base_url=first.base_url, max_retries=0) as c:
@@ -400,6 +428,8 @@ def test_batch_resumed_by_id_from_another_client_and_server(tmp_path: Path) -> N
 
 
 def test_batch_ready_after_seconds(client: anthropic.Anthropic) -> None:
+    import anthropic
+
     with (
         FakeMessagesServer(batch_ready_after_polls=10**6, batch_ready_after_seconds=0) as server,
         anthropic.Anthropic(api_key="test", base_url=server.base_url, max_retries=0) as c,
@@ -409,6 +439,8 @@ def test_batch_ready_after_seconds(client: anthropic.Anthropic) -> None:
 
 
 def test_log_counts_answers(tmp_path: Path) -> None:
+    import anthropic
+
     log = tmp_path / "answers.jsonl"
     with (
         FakeMessagesServer(log_path=log) as server,
@@ -432,6 +464,8 @@ def test_log_counts_answers(tmp_path: Path) -> None:
 
 
 def test_cli_subprocess(tmp_path: Path) -> None:
+    import anthropic
+
     log = tmp_path / "cli.jsonl"
     script = SUPPORT_DIR / "fake_messages.py"
     command = [sys.executable, str(script), "--port", "0", "--latency-ms", "10"]

@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -162,13 +163,16 @@ def backend(server: FakeMessagesServer) -> AnthropicBackend:
 
 def start_worker(
     study: Path, server: FakeMessagesServer, *extra: str, log: Path | None = None
-) -> subprocess.Popen[bytes]:
+) -> ForkedCli:
+    """``ledger run STUDY --base-url ...`` as a worker process of its own, forked from one
+    that imported the runner once (:class:`ForkedCli`); its output goes to ``log`` (appended)
+    or to a new file beside the study, and ``communicate()`` returns it."""
     env = dict(os.environ, ANTHROPIC_API_KEY="test")
-    command = [*CLI, "run", str(study), "--base-url", server.base_url, *extra]
     if log is None:
-        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    with log.open("ab") as out:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+        fd, name = tempfile.mkstemp(prefix="worker-", suffix=".log", dir=study.parent)
+        os.close(fd)
+        log = Path(name)
+    return ForkedCli(["run", str(study), "--base-url", server.base_url, *extra], env, log)
 
 
 def test_one_worker_on_postgresql_runs_the_study_and_verifies(
@@ -347,7 +351,7 @@ def count_kind(url: str, kind: str) -> int:
     return int(row[0])
 
 
-def wait_for(url: str, kind: str, n: int, proc: subprocess.Popen[bytes] | None = None) -> None:
+def wait_for(url: str, kind: str, n: int, proc: ForkedCli | None = None) -> None:
     deadline = time.monotonic() + 60
     while count_kind(url, kind) < n:
         assert time.monotonic() < deadline, f"no {n} {kind} within 60 s"
