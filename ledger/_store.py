@@ -1021,7 +1021,7 @@ class Ledger:
         verified: set[tuple[int, str]] = set()
         for i, (env, signature) in enumerate(parsed):
             vkey = vkeys.get(env.actor)
-            if vkey is not None and VerifierKey.parse(vkey).verify(env.data, signature):
+            if vkey is not None and VerifierKey.parse(vkey).verify_strict(env.data, signature):
                 verified.add((i, vkey))
         return PreparedBatch(parsed, sent, verified)
 
@@ -1097,7 +1097,9 @@ class Ledger:
                     self._apply_key_event(keys, kind, body, seq)
                     if body != env.body:
                         raise FormatError(f"seq {seq}: key.added vkey is not in its canonical form")
-            if (i, verifier.vkey) not in verified and not verifier.verify(env.data, signature):
+            if (i, verifier.vkey) not in verified and not verifier.verify_strict(
+                env.data, signature
+            ):
                 raise AuthorizationError(
                     f"seq {seq}: the signature does not verify with {env.actor}'s registered key"
                 )
