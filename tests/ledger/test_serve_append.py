@@ -125,7 +125,8 @@ def test_a_remote_ledger_writes_the_same_log_the_store_holds(
         assert log.engine == "remote" and log.origin == ORIGIN
         event = log.append("run.started", {"n": 1}, key=RUNNER, blobs={"raw": b"request bytes"})
         batch = log.append_many(
-            [EventSpec("trial.requested", {"i": i}) for i in range(3)], key=RUNNER
+            [EventSpec("trial.requested", {"trial": f"t{i}", "attempt": 1}) for i in range(3)],
+            key=RUNNER,
         )
         note = log.sign_checkpoint(OWNER)
         assert [e.seq for e in batch] == [event.seq + 1, event.seq + 2, event.seq + 3]
@@ -640,7 +641,7 @@ def test_no_read_path_without_a_key_names_a_trial(study: tuple[str, Path]) -> No
     with Ledger.open(url) as log:
         log.append(
             "trial.requested",
-            {"trial": "cue-arm|E-001|1"},
+            {"trial": "cue-arm|E-001|1", "attempt": 1},
             key=RUNNER,
             blobs={"request": b"prompt text of the cue arm"},
         )
