@@ -9,7 +9,9 @@ runs) and, for comparison, by OpenSSL through ``cryptography`` (:meth:`VerifierK
 what it ran before, patched in for the comparison only), alternated ``--rounds`` times. Each
 figure is the best of five repetitions of 100 batches (``time.process_time``: a busy
 neighbour on a shared machine slows it less than wall time); the signature check alone is
-printed beside it. Timings are never asserted.
+printed beside it, and so is the canonical parse of one envelope alone
+(:func:`ledger.parse_envelope`: JSON decode, field checks, the proof that the bytes are
+RFC 8785 canonical). Timings are never asserted.
 
     python benchmarks/bench_check.py                      # 20 envelopes of ~580 bytes, 2 rounds
     python benchmarks/bench_check.py --batch 1 --rounds 3
@@ -25,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ledger import Ledger, SigningKey
-from ledger._envelope import envelope_bytes
+from ledger._envelope import envelope_bytes, parse_envelope
 from ledger._keys import VerifierKey
 
 
@@ -80,9 +82,11 @@ def main() -> None:
                     alone = _best(lambda: key.verify_strict(message, signature), 1)
                 finally:
                     VerifierKey.verify_strict = strict  # type: ignore[method-assign]
+                parse = _best(lambda: parse_envelope(message), 1)
                 print(
                     f"  {name:9}  prepare_signed {prepare * 1e6:7.1f} us/event  "
-                    f"signature check alone {alone * 1e6:6.1f} us"
+                    f"signature check alone {alone * 1e6:6.1f} us  "
+                    f"parse alone {parse * 1e6:5.1f} us"
                 )
         log.close()
         print(f"  load average after: {os.getloadavg()[0]:.2f}")
