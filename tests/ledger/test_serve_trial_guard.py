@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import time
 from pathlib import Path
@@ -203,3 +204,62 @@ def test_two_clients_of_two_services_on_postgresql_never_record_two_final_outcom
     finally:
         for proc, _ in procs:
             stop(proc)
+
+
+@pytest.mark.slow  # two `ledger run` processes and a third to finish: tens of seconds
+def test_two_ledger_runs_from_two_folders_through_a_sqlite_service_record_one_final_each(
+    tmp_path: Path, ledger_home: Path
+) -> None:
+    """The case the guard is for: one study, two folders, both run at once through the
+    service. Whatever the interleaving, no trial gets two final outcomes; a run that met the
+    other's events stops naming the refusal, and a run alone afterwards finishes the study."""
+    import shutil
+    import subprocess
+    import sys
+
+    from click.testing import CliRunner
+
+    from ledger.cli import main
+
+    store = tmp_path / "store"
+    store.mkdir()
+    proc, base = serve(str(store), "--allow-create")
+    exe = str(Path(sys.executable).parent / "ledger")
+    try:
+        first, second = tmp_path / "a", tmp_path / "b"
+        cli = CliRunner()
+        result = cli.invoke(main, ["new", str(first), "--store", f"{base}/two-runs"])
+        assert result.exit_code == 0, result.output
+        spec = first / "study.toml"
+        spec.write_text(spec.read_text().replace("replicates = 30", "replicates = 2"))
+        result = cli.invoke(main, ["lock", str(first)])
+        assert result.exit_code == 0, result.output
+        shutil.copytree(first, second)  # the second machine's copy of the locked study
+        runs = [
+            subprocess.Popen(
+                [exe, "run", str(folder), "--backend", "simulated"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for folder in (first, second)
+        ]
+        outputs = [(run.communicate(timeout=600)[0], run.returncode) for run in runs]
+        for output, code in outputs:
+            assert code == 0 or "refused" in output, output
+        result = cli.invoke(main, ["run", str(first), "--backend", "simulated"])
+        assert result.exit_code == 0, result.output
+        result = cli.invoke(main, ["status", str(first), "--json"])
+        assert result.exit_code == 0, result.output
+        assert all(arm["pending"] == 0 for arm in json.loads(result.output)["arms"])
+    finally:
+        stop(proc)
+    finals: dict[str, list[int]] = {}
+    with Ledger.open(store / "two-runs.db", readonly=True) as log:
+        for e in log.events():
+            final = e.kind == "trial.responded" or (
+                e.kind == "trial.failed" and e.body.get("final") is True
+            )
+            if final or e.kind == "trial.excluded":
+                finals.setdefault(str(e.body["trial"]), []).append(e.seq)
+    assert finals and all(len(seqs) == 1 for seqs in finals.values()), finals
