@@ -19,11 +19,14 @@ MAX_ENVELOPE_BYTES = 1_048_576
 ZERO_HASH = "0" * 64
 FIELDS = frozenset({"v", "seq", "time", "kind", "actor", "prev", "body", "blobs"})
 
-KIND_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
-TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
-HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
-BLOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-ACTOR_RE = re.compile(r"^[^\s+]{1,128}\+[0-9a-f]{8}$")
+# ``\Z``, not ``$``: ``$`` also matches before a final newline, so ``"...Z\n"`` would pass as a
+# time (and the verifier, which matches whole strings, would refuse what the service stored).
+# ``\d`` is ASCII only (re.ASCII): other scripts' digits are no envelope's.
+KIND_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+\Z")
+TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z\Z", re.ASCII)
+HEX64_RE = re.compile(r"^[0-9a-f]{64}\Z")
+BLOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+ACTOR_RE = re.compile(r"^[^\s+]{1,128}\+[0-9a-f]{8}\Z")
 
 
 def format_time(moment: datetime) -> str:

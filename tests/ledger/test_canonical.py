@@ -288,6 +288,15 @@ def test_an_envelope_is_accepted_exactly_when_its_bytes_are_the_reference_bytes(
             "is not YYYY-MM-DD",
         ),
         (lambda d: d.replace(b'"kind":"trial.scored"', b'"kind":"Trial"'), "kind 'Trial'"),
+        # a final newline (escaped: the bytes stay canonical) is no part of a valid member;
+        # "$" in the field rules let it through, which the verifier refuses (issue 35)
+        (
+            lambda d: d.replace(b'123456Z"', b'123456Z\\n"'),
+            "is not YYYY-MM-DDTHH:MM:SS.ffffffZ",
+        ),
+        (lambda d: d.replace(b'"trial.scored"', b'"trial.scored\\n"'), "is invalid: use dotted"),
+        (lambda d: d.replace(b'0000",', b'0000\\n",'), "is not 64 lowercase hex"),
+        (lambda d: d.replace(b'2c3d"', b'2c3d\\n"'), "is not <key name>"),
         (lambda d: d[:-1], "not JSON"),
         (lambda d: d.replace(b'"body":{}', b'"body":[]'), "body must be a JSON object"),
         (lambda d: d.replace(b',"v":1', b',"v":1,"x":0'), "unexpected \\['x'\\]"),
