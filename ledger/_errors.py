@@ -92,14 +92,17 @@ class RefusedError(LedgerError):
     second final outcome for a trial, a request after a trial's final outcome or naming a
     closed run session, a second outcome for one request, an attempt number out of turn. Nothing
     of the batch was appended; ``spec`` is the refused :class:`ledger.EventSpec` and ``rule``
-    one of ``final``, ``answered``, ``closed``, ``attempt``, ``unknown``.
+    one of ``final``, ``answered``, ``closed``, ``attempt``, ``unknown``. ``ledger serve``
+    applies the same rules on either engine (``docs/service.md`` §7); its answer names the
+    ``seq`` the refused envelope would have had, from which the remote ledger finds the spec.
     """
 
-    def __init__(self, message: str, *, spec: object, rule: str) -> None:
-        """Name the refused event spec and the rule it breaks."""
+    def __init__(self, message: str, *, spec: object, rule: str, seq: int | None = None) -> None:
+        """Name the refused event spec, the rule it breaks and, when known, its seq."""
         super().__init__(message)
         self.spec = spec
         self.rule = rule
+        self.seq = seq if seq is not None else getattr(spec, "seq", None)
 
 
 class OutputError(LedgerError):

@@ -19,8 +19,15 @@ batch is appended):
 The projection is built from the events themselves: before each append, events the
 projection has not seen (a ledger copied in, or written by an older version) are projected
 first, without refusals (history is what it is). It also sums the recorded ``cost_usd`` (for
-the study-wide budget). The SQLite engine has one writer per study (``ledger run``'s run
-lock) and needs none of this.
+the study-wide budget).
+
+A SQLite ledger written locally has one writer per study (``ledger run``'s run lock) and
+needs none of this. A SQLite ledger behind ``ledger serve`` has as many writers as there are
+clients (two ``ledger run`` in two folders, or on two machines, pointing at one study URL;
+their run locks are in different folders), so the service turns the same rules on for the
+appends it receives (``Ledger.trial_guard``, ``docs/service.md`` §7): the ``pj_*`` tables are
+created in the SQLite file at its first guarded append (:data:`SQLITE_DDL`), caught up from
+the events of every writer, the local ones included, and kept in the same write transaction.
 """
 
 from __future__ import annotations
@@ -31,6 +38,19 @@ from typing import Any
 
 from ledger._canonical import loads_json
 from ledger._errors import RefusedError
+
+SQLITE_DDL = (
+    "CREATE TABLE IF NOT EXISTS pj_meta (id INTEGER PRIMARY KEY CHECK (id = 1), "
+    "projected INTEGER NOT NULL, spent_usd REAL NOT NULL)",
+    "INSERT OR IGNORE INTO pj_meta (id, projected, spent_usd) VALUES (1, 0, 0)",
+    "CREATE TABLE IF NOT EXISTS pj_trials (trial TEXT PRIMARY KEY, attempts INTEGER NOT NULL, "
+    "failures INTEGER NOT NULL, final_seq INTEGER)",
+    "CREATE TABLE IF NOT EXISTS pj_requests (seq INTEGER PRIMARY KEY, trial TEXT NOT NULL, "
+    "attempt INTEGER NOT NULL, session INTEGER, outcome_seq INTEGER)",
+    "CREATE TABLE IF NOT EXISTS pj_sessions (seq INTEGER PRIMARY KEY, stopped_seq INTEGER)",
+)
+"""The projection's tables in a SQLite ledger behind ``ledger serve`` (the PostgreSQL schema
+has them from the start): created inside the first guarded write transaction."""
 
 #: ``trial.failed`` error types that do not count as a failed attempt (``docs/trials.md`` §3).
 NOT_COUNTED = frozenset({"interrupted", "configuration", "superseded"})
@@ -64,9 +84,10 @@ class _Request:
 class _Projection:
     """The rows one batch touches, read once, changed in memory, written back once."""
 
-    def __init__(self, conn: Any, where: object) -> None:
+    def __init__(self, conn: Any, where: object, pg: bool = True) -> None:
         self.conn = conn
         self.where = where
+        self.pg = pg
         self.trials: dict[str, _Trial] = {}
         self.requests: dict[int, _Request] = {}
         row = conn.execute("SELECT projected, spent_usd FROM pj_meta WHERE id = 1").fetchone()
@@ -91,16 +112,16 @@ class _Projection:
         trials -= set(self.trials)
         seqs -= set(self.requests)
         if trials:
+            cond, args = _any(self.pg, "trial", sorted(trials))
             for t, a, f, fs in self.conn.execute(
-                "SELECT trial, attempts, failures, final_seq FROM pj_trials WHERE trial = ANY(?)",
-                (sorted(trials),),
+                f"SELECT trial, attempts, failures, final_seq FROM pj_trials WHERE {cond}", args
             ).fetchall():
                 self.trials[t] = _Trial(a, f, fs)
         if seqs:
+            cond, args = _any(self.pg, "seq", sorted(seqs))
             for s, t, a, sess, out in self.conn.execute(
-                "SELECT seq, trial, attempt, session, outcome_seq FROM pj_requests "
-                "WHERE seq = ANY(?)",
-                (sorted(seqs),),
+                f"SELECT seq, trial, attempt, session, outcome_seq FROM pj_requests WHERE {cond}",
+                args,
             ).fetchall():
                 self.requests[int(s)] = _Request(t, a, sess, out)
 
@@ -220,8 +241,9 @@ class _Projection:
             "failures = EXCLUDED.failures, final_seq = EXCLUDED.final_seq",
             rows,
         )
-        finals = [(t,) for t, r in self.trials.items() if r.dirty and r.final_seq is not None]
-        conn.executemany("DELETE FROM leases WHERE trial = ?", finals)
+        if self.pg:  # a final outcome ends its trial's lease (SQLite has no leases)
+            finals = [(t,) for t, r in self.trials.items() if r.dirty and r.final_seq is not None]
+            conn.executemany("DELETE FROM leases WHERE trial = ?", finals)
         conn.executemany(
             "INSERT INTO pj_requests (seq, trial, attempt, session, outcome_seq) "
             "VALUES (?, ?, ?, ?, ?)",
@@ -245,6 +267,20 @@ class _Projection:
         )
 
 
+def _any(pg: bool, column: str, values: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
+    """``column = ANY(?)`` on PostgreSQL (one array parameter), ``column IN (?, ...)`` on SQLite."""
+    if pg:
+        return f"{column} = ANY(?)", (list(values),)
+    return f"{column} IN ({', '.join('?' * len(values))})", tuple(values)
+
+
+def _sqlite_tables(conn: Any) -> None:
+    """Create the projection's tables in a SQLite ledger that has none yet (same transaction)."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'pj_meta'").fetchone() is None:
+        for statement in SQLITE_DDL:
+            conn.execute(statement)
+
+
 def _history(_rule: str, _message: str) -> None:
     """Events already in the ledger are projected as they are: nothing is refused."""
 
@@ -254,23 +290,29 @@ def guard_appends(
     where: object,
     events: Sequence[tuple[int, str, dict[str, Any]]],
     specs: Sequence[object],
+    engine: str = "postgresql",
 ) -> None:
     """Check ``events`` (seq, kind, body) against the projection and project them.
 
-    Called by :meth:`ledger.Ledger._append_locked` on a PostgreSQL store, inside the write
-    transaction, before the events are inserted; ``specs[i]`` is the spec of ``events[i]``.
+    Called by :meth:`ledger.Ledger._insert` on a PostgreSQL store (every append) and on a
+    SQLite ledger behind ``ledger serve`` (``engine`` ``"sqlite"``: the appends it receives),
+    inside the write transaction, before the events are inserted; ``specs[i]`` is the spec of
+    ``events[i]``.
     Raises :class:`RefusedError` naming the store, the seq and the rule; the caller's
     transaction is then rolled back whole.
     """
     if not events or not any(kind in PROJECTED for _, kind, _ in events):
         return  # nothing the projection keeps: it skips these when it next catches up
     start = events[0][0]
-    proj = _Projection(conn, where)
+    pg = engine == "postgresql"
+    if not pg:
+        _sqlite_tables(conn)
+    proj = _Projection(conn, where, pg)
     if proj.projected < start:  # events the projection has not seen: project them first
+        cond, kinds = _any(pg, "kind", sorted(PROJECTED))
         rows = conn.execute(
-            "SELECT seq, envelope FROM events WHERE seq >= ? AND seq < ? AND kind = ANY(?) "
-            "ORDER BY seq",
-            (proj.projected, start, list(PROJECTED)),
+            f"SELECT seq, envelope FROM events WHERE seq >= ? AND seq < ? AND {cond} ORDER BY seq",
+            (proj.projected, start, *kinds),
         ).fetchall()
         history = []
         for seq, envelope in rows:
@@ -285,7 +327,9 @@ def guard_appends(
     for (seq, kind, body), spec in zip(events, specs, strict=True):
 
         def refuse(rule: str, message: str, _seq: int = seq, _spec: object = spec) -> None:
-            raise RefusedError(f"{where}: seq {_seq}: refused: {message}", spec=_spec, rule=rule)
+            raise RefusedError(
+                f"{where}: seq {_seq}: refused: {message}", spec=_spec, rule=rule, seq=_seq
+            )
 
         proj.apply(seq, kind, body, refuse)
     proj.write(events[-1][0] + 1)

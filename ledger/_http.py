@@ -289,8 +289,10 @@ def _error(where: RemoteLocation, answer: Answer) -> LedgerError:
     if status == 403:
         return AuthorizationError(text)
     if status == 422:
-        rule = answer.json().get("rule", "") if _is_json(answer) else ""
-        return RefusedError(text, spec=None, rule=str(rule))
+        data = answer.json() if _is_json(answer) else {}
+        seq = data.get("seq") if isinstance(data, dict) else None
+        rule = data.get("rule", "") if isinstance(data, dict) else ""
+        return RefusedError(text, spec=None, rule=str(rule), seq=seq if type(seq) is int else None)
     kind = answer.json().get("type") if _is_json(answer) else None
     if status == 400:
         return {"ProofError": ProofError, "NoteError": NoteError}.get(str(kind), FormatError)(text)

@@ -12,6 +12,7 @@ import binascii
 import functools
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -127,6 +128,26 @@ class VerifierKey:
             return False
         return True
 
+    def verify_strict(self, message: bytes, signature: bytes) -> bool:
+        """True when libsodium accepts ``signature`` of ``message``: the check of signed appends.
+
+        ``crypto_sign_open`` of libsodium (PyNaCl) costs about half of OpenSSL's check, and is
+        stricter: besides everything OpenSSL refuses (S not below the group order, R not the
+        recomputed point byte for byte), it refuses small-order public keys and R values and
+        non-canonical encodings of either, which no honest signer produces. So a signature it
+        accepts is one the verifier (``verify/``, OpenSSL through ``cryptography``) accepts;
+        ``tests/ledger/test_ed25519_strict.py`` pins that over the Wycheproof, C2SP CCTV and
+        "Taming the many EdDSAs" edge vectors (docs/service.md §7).
+        """
+        if len(signature) != 64 or len(self.public_key) != 32:
+            return False
+        sign_open, refused = _sodium()
+        try:
+            sign_open(bytes(signature) + bytes(message), self.public_key)
+        except refused:  # nacl's BadSignatureError, or its ValueError for a malformed key
+            return False
+        return True
+
 
 @functools.lru_cache(maxsize=4096)
 def _parse_vkey(vkey: str) -> VerifierKey:
@@ -135,6 +156,18 @@ def _parse_vkey(vkey: str) -> VerifierKey:
 
 
 _PUBLIC_CACHE: dict[bytes, Ed25519PublicKey] = {}
+
+
+@functools.cache
+def _sodium() -> tuple[Callable[[bytes, bytes], bytes], type[Exception]]:
+    """Return libsodium's ``crypto_sign_open`` and the error it raises when it refuses.
+
+    Imported on first use: PyNaCl loads a native library.
+    """
+    from nacl.bindings import crypto_sign_open
+    from nacl.exceptions import CryptoError
+
+    return crypto_sign_open, CryptoError
 
 
 def _public(raw: bytes) -> Ed25519PublicKey:

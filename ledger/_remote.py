@@ -40,6 +40,7 @@ from ledger._errors import (
     FormatError,
     LedgerError,
     NoteError,
+    RefusedError,
     StoreError,
 )
 from ledger._http import TURN_ASK, TURN_HEADER, Client, RemoteLocation, b64, reason
@@ -251,6 +252,11 @@ class RemoteLedger(Ledger):
             events, blobs = self._sign(specs, key, after, pending={})
             try:
                 stored = self._submit(events, blobs, [], in_transaction=False, turn=turn)
+            except RefusedError as exc:  # a trial rule: name the caller's spec, as the store does
+                at = -1 if exc.seq is None else exc.seq - events[0].seq
+                if exc.spec is not None or not 0 <= at < len(specs):
+                    raise
+                raise RefusedError(str(exc), spec=specs[at], rule=exc.rule, seq=exc.seq) from None
             except ConflictError as exc:
                 if exc.size < 0:
                     raise

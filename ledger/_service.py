@@ -23,7 +23,7 @@ so any number of service processes may share one PostgreSQL. Routes, under
 
 Bad input is answered 4xx with ``{"error": reason}`` and nothing is appended: 400 malformed,
 403 refused key or signature, 404 unknown study, 408 body too slow, 409 head moved, 413 body
-too large, 415 not JSON, 422 a trial rule of the PostgreSQL store, 503 the store unreachable.
+too large, 415 not JSON, 422 a trial rule (either engine), 503 the store unreachable.
 The body's ``type`` names the library error (``FormatError``, ``ProofError``, ...).
 """
 
@@ -246,11 +246,15 @@ class AppendService:
         if isinstance(where, Path) and not where.is_file():
             raise BadRequest(404, f"no study {study!r} in this service's store")
         try:
-            return Ledger.open(where)
+            log = Ledger.open(where)
         except StoreError as exc:
             if "no ledger there" in str(exc):
                 raise BadRequest(404, f"no study {study!r} in this service's store") from None
             raise
+        # The service's clients are many writers, whatever the engine: the trial rules hold
+        # for every append it receives (on PostgreSQL they always do; docs/service.md §7).
+        log.trial_guard = True
+        return log
 
     def create(self, study: str, origin: str, envelope: bytes, signature: bytes) -> int:
         """Create ``study`` with a genesis its owner signed; the store must not hold it yet."""
@@ -617,6 +621,8 @@ def _answer_error(exc: LedgerError, log_head: Callable[[], dict[str, Any]] | Non
     body: dict[str, Any] = {"error": str(exc), "type": type(exc).__name__}
     if isinstance(exc, RefusedError):
         body["rule"] = exc.rule
+        if isinstance(exc.seq, int):
+            body["seq"] = exc.seq  # the refused envelope's: the client knows which event it was
     if isinstance(exc, ConflictError):
         body["head"] = {"size": exc.size, "last": exc.last}
         if log_head is not None:

@@ -450,6 +450,9 @@ class Ledger:
         self._head_cache: _Head | None = None
         self._seal_policy: SealPolicy | None = None  # the locked privacy policy, once locked
         self._in_transaction = False
+        self.trial_guard = self.engine == "postgresql"
+        """Whether appends are checked against the trial rules (``ledger/_guard.py``): always on
+        PostgreSQL; on SQLite when ``ledger serve`` appends for its clients (docs/service.md §7)."""
         with self._errors():
             row = conn.execute("SELECT value FROM meta WHERE key = 'origin'").fetchone()
         if row is None:
@@ -927,14 +930,17 @@ class Ledger:
     ) -> None:
         """Write a checked batch's rows (inside the write transaction) and keep its head.
 
-        On PostgreSQL the trial rules are checked first (``ledger/_guard.py``: many writers,
-        checked in sequence), and the sequencer row records the size it let through.
+        On PostgreSQL, and on a SQLite ledger behind ``ledger serve`` (:attr:`trial_guard`), the
+        trial rules are checked first (``ledger/_guard.py``: many writers, checked in sequence);
+        on PostgreSQL the sequencer row records the size it let through.
         """
         conn = self._conn
-        if self.engine == "postgresql":
+        if self.trial_guard:
             from ledger._guard import guard_appends
 
-            guard_appends(conn, self.path, [(e.seq, e.kind, e.body) for e in events], specs)
+            guard_appends(
+                conn, self.path, [(e.seq, e.kind, e.body) for e in events], specs, self.engine
+            )
         if blob_rows:
             conn.executemany(
                 "INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
@@ -963,7 +969,8 @@ class Ledger:
         write transaction: each envelope must be canonical v1, continue the head (``seq`` is
         the log's size, ``prev`` its last leaf hash), be signed by its actor's registered key
         that is valid at that seq and whose role may append the kind, and reference only blobs
-        sent or already stored; on PostgreSQL the trial rules apply (``ledger/_guard.py``).
+        sent or already stored; on PostgreSQL, and on SQLite behind ``ledger serve``
+        (:attr:`trial_guard`), the trial rules apply (``ledger/_guard.py``).
         All of the batch is appended or none. A batch already stored byte for byte (a retried
         request) is answered with the stored events and ``True`` (idempotent); otherwise
         returns the new events and ``False``.
@@ -974,7 +981,7 @@ class Ledger:
             AuthorizationError: an unregistered or revoked key, a role that may not append the
                 kind, a signature that does not verify.
             ConflictError: the batch does not continue the head (another writer was first).
-            RefusedError: a trial rule of the PostgreSQL store.
+            RefusedError: a trial rule (:attr:`trial_guard`).
         """
         return self.append_prepared(self.prepare_signed(entries, blobs))
 
@@ -1021,7 +1028,7 @@ class Ledger:
         verified: set[tuple[int, str]] = set()
         for i, (env, signature) in enumerate(parsed):
             vkey = vkeys.get(env.actor)
-            if vkey is not None and VerifierKey.parse(vkey).verify(env.data, signature):
+            if vkey is not None and VerifierKey.parse(vkey).verify_strict(env.data, signature):
                 verified.add((i, vkey))
         return PreparedBatch(parsed, sent, verified)
 
@@ -1097,7 +1104,9 @@ class Ledger:
                     self._apply_key_event(keys, kind, body, seq)
                     if body != env.body:
                         raise FormatError(f"seq {seq}: key.added vkey is not in its canonical form")
-            if (i, verifier.vkey) not in verified and not verifier.verify(env.data, signature):
+            if (i, verifier.vkey) not in verified and not verifier.verify_strict(
+                env.data, signature
+            ):
                 raise AuthorizationError(
                     f"seq {seq}: the signature does not verify with {env.actor}'s registered key"
                 )

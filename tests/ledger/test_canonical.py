@@ -223,6 +223,61 @@ def test_the_stores_envelope_bytes_are_the_reference_bytes(
     assert env.data == expected == canonical_json(obj)
 
 
+_FORMS: dict[str, Any] = {
+    "reference": lambda o: bytes(rfc8785.dumps(o)),
+    "ascii escapes": lambda o: json.dumps(o, sort_keys=True, separators=(",", ":")).encode(),
+    "members unsorted": lambda o: json.dumps(o, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8", "surrogatepass"
+    ),
+    "spaces": lambda o: json.dumps(o, sort_keys=True, ensure_ascii=False).encode(
+        "utf-8", "surrogatepass"
+    ),
+    "python floats": lambda o: json.dumps(
+        o, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    ).encode("utf-8", "surrogatepass"),
+}
+
+
+@given(
+    seq=st.integers(min_value=0, max_value=SAFE),
+    actor=st.from_regex(r"\A[^\s+]{1,12}\+[0-9a-f]{8}\Z"),
+    body=bodies,
+    blobs=st.dictionaries(
+        st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,5}\Z"), st.just("cd" * 32), max_size=3
+    ),
+    form=st.sampled_from(sorted(_FORMS)),
+)
+@settings(max_examples=150)
+def test_an_envelope_is_accepted_exactly_when_its_bytes_are_the_reference_bytes(
+    seq: int, actor: str, body: dict[str, Any], blobs: dict[str, str], form: str
+) -> None:
+    """parse_envelope proves canonical form by joining the checked members around the body's
+    and the blobs' canonical forms: bytes written any other way than rfc8785's are refused,
+    the reference's are accepted (issue 35: the service's cheaper parse)."""
+    obj = {
+        "v": 1,
+        "seq": seq,
+        "time": "2026-11-22T10:00:00.123456Z",
+        "kind": "trial.responded",
+        "actor": actor,
+        "prev": "ab" * 32,
+        "body": body,
+        "blobs": blobs,
+    }
+    try:
+        data = _FORMS[form](obj)
+        reference = bytes(rfc8785.dumps(loads_json(data)))
+    except (rfc8785.CanonicalizationError, rfc8785.IntegerDomainError, UnicodeEncodeError):
+        with pytest.raises(FormatError):
+            parse_envelope(_FORMS[form](obj))
+        return
+    if data == reference:
+        assert parse_envelope(data).data == data
+    else:
+        with pytest.raises(FormatError, match="not RFC 8785 canonical"):
+            parse_envelope(data)
+
+
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
@@ -233,6 +288,15 @@ def test_the_stores_envelope_bytes_are_the_reference_bytes(
             "is not YYYY-MM-DD",
         ),
         (lambda d: d.replace(b'"kind":"trial.scored"', b'"kind":"Trial"'), "kind 'Trial'"),
+        # a final newline (escaped: the bytes stay canonical) is no part of a valid member;
+        # "$" in the field rules let it through, which the verifier refuses (issue 35)
+        (
+            lambda d: d.replace(b'123456Z"', b'123456Z\\n"'),
+            "is not YYYY-MM-DDTHH:MM:SS.ffffffZ",
+        ),
+        (lambda d: d.replace(b'"trial.scored"', b'"trial.scored\\n"'), "is invalid: use dotted"),
+        (lambda d: d.replace(b'0000",', b'0000\\n",'), "is not 64 lowercase hex"),
+        (lambda d: d.replace(b'2c3d"', b'2c3d\\n"'), "is not <key name>"),
         (lambda d: d[:-1], "not JSON"),
         (lambda d: d.replace(b'"body":{}', b'"body":[]'), "body must be a JSON object"),
         (lambda d: d.replace(b',"v":1', b',"v":1,"x":0'), "unexpected \\['x'\\]"),

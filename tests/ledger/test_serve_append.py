@@ -125,7 +125,8 @@ def test_a_remote_ledger_writes_the_same_log_the_store_holds(
         assert log.engine == "remote" and log.origin == ORIGIN
         event = log.append("run.started", {"n": 1}, key=RUNNER, blobs={"raw": b"request bytes"})
         batch = log.append_many(
-            [EventSpec("trial.requested", {"i": i}) for i in range(3)], key=RUNNER
+            [EventSpec("trial.requested", {"trial": f"t{i}", "attempt": 1}) for i in range(3)],
+            key=RUNNER,
         )
         note = log.sign_checkpoint(OWNER)
         assert [e.seq for e in batch] == [event.seq + 1, event.seq + 2, event.seq + 3]
@@ -233,13 +234,14 @@ def test_a_stale_batch_is_answered_409_before_its_signatures_are_checked(
     from ledger._keys import VerifierKey
 
     checked: list[bytes] = []
-    real = VerifierKey.verify
+    real = VerifierKey.verify_strict
 
     def counting(self: VerifierKey, message: bytes, signature: bytes) -> bool:
         checked.append(message)
         return real(self, message, signature)
 
-    monkeypatch.setattr(VerifierKey, "verify", counting)  # the service runs in this process
+    # the service runs in this process; it checks envelopes with libsodium (verify_strict)
+    monkeypatch.setattr(VerifierKey, "verify_strict", counting)
     url, path = study
     stale = _head(url)
     assert _post(url, {"entries": [_signed(RUNNER, "run.started", {"n": 1}, stale)]}).is_success
@@ -639,7 +641,7 @@ def test_no_read_path_without_a_key_names_a_trial(study: tuple[str, Path]) -> No
     with Ledger.open(url) as log:
         log.append(
             "trial.requested",
-            {"trial": "cue-arm|E-001|1"},
+            {"trial": "cue-arm|E-001|1", "attempt": 1},
             key=RUNNER,
             blobs={"request": b"prompt text of the cue arm"},
         )

@@ -361,3 +361,46 @@ def test_store_copy_fetches_a_study_from_the_service_and_refuses_to_copy_into_on
     left = sorted(p.name for p in out.iterdir() if not p.name.endswith(("-wal", "-shm")))
     assert left == ["from-folder.db", "from-url.db"]  # no none.db, no scratch folder
     assert not (stored.parent / "remote-study-copy.db").exists()
+
+
+def test_store_copy_fetches_a_study_from_the_service_into_a_postgresql_schema(
+    remote_study: tuple[Path, str, Path],
+    pg_server: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`ledger store copy URL postgresql://...?schema=S` (docs/service.md §9): the schema then
+    holds the service's study row for row, with the same root; a second copy into it, and a
+    copy of a study the service does not hold, are refused and create nothing (no schema, no
+    scratch folder left in the temporary directory)."""
+    import tempfile
+
+    from ledger import schema_for
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+
+    _, url, stored = remote_study
+    schema = schema_for(f"copied-{os.getpid()}-{int(time.time() * 1000) % 10**8}")
+    target = pg_server.url(schema=schema)
+    with Ledger.open(stored, readonly=True) as log:
+        root = log.root()
+    said = _ledger("store", "copy", url, target)
+    assert f"root {root.hex()} agrees" in said
+    assert [(e.envelope, e.signature) for e in _events(target)] == [
+        (e.envelope, e.signature) for e in _events(stored)
+    ]
+    with Ledger.open(target, readonly=True) as pg:
+        assert pg.root() == root
+        copied = [(c.size, c.root, c.note, c.created) for c in pg.checkpoints()]
+    assert copied == [(c.size, c.root, c.note, c.created) for c in _checkpoints(stored)]
+    refused = _ledger("store", "copy", url, target, ok=False)
+    assert "already there; refusing to overwrite it" in refused
+    assert len(_events(target)) == len(_events(stored))
+    missing = pg_server.url(schema=schema + "_none")
+    refused = _ledger("store", "copy", url + "-none", missing, ok=False)
+    assert "no study 'remote-study-none'" in refused
+    refused = _ledger("log", missing, ok=False)
+    assert "no ledger there (schema" in refused
+    assert list(scratch.iterdir()) == []
