@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -540,11 +541,54 @@ def estimate_cost(
     return total
 
 
-def _one_study(args: tuple[Any, ...]) -> dict[str, Any]:
+_WORK: list[tuple[Any, ...]] = []
+"""A worker's plan inputs, set once per worker by :func:`_set_work` (not sent per study)."""
+
+
+def _set_work(*work: Any) -> None:
+    """A worker's initializer: keep the inputs every study of the pool shares."""
+    _WORK[:] = [work]
+
+
+def _one_study(index: tuple[int, int, int]) -> dict[str, Any]:
     """One study by its indices (a process pool's unit: the seed makes it independent)."""
-    protocol, spec, sc, d, stimuli, analysed, si, ci, k = args
+    protocol, spec, settings = _WORK[0]
+    si, ci, k = index
+    sc = spec.scenarios[ci]
+    d, stimuli, analysed = settings[si]
     rng = np.random.default_rng([int(spec.seed), si, ci, k])
     return _run_one(protocol, spec, sc, d, stimuli, rng, analysed)
+
+
+def available_cores() -> int:
+    """The cores this process may run on (``os.sched_getaffinity``; else ``os.cpu_count()``)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no sched_getaffinity (macOS, Windows)
+        return max(1, os.cpu_count() or 1)
+
+
+def _pool(jobs: int, work: tuple[Any, ...]) -> Any:
+    """``jobs`` worker processes holding ``work``: forked where the platform can fork.
+
+    A forked worker inherits the parent's imports and ``work`` (nothing is pickled to start
+    it). A process running other threads (a test runner's, a server's) spawns its workers
+    instead, as does a platform without ``fork``: forking copies only the calling thread,
+    and a lock another thread held would stay locked in the child; a spawned worker imports
+    the packages again (seconds) and receives ``work`` pickled, once.
+    """
+    import multiprocessing
+    import threading
+    from concurrent.futures import ProcessPoolExecutor
+
+    can_fork = "fork" in multiprocessing.get_all_start_methods()
+    method = "fork" if can_fork and threading.active_count() == 1 else "spawn"
+    return ProcessPoolExecutor(
+        jobs,
+        mp_context=multiprocessing.get_context(method),
+        initializer=_set_work,
+        initargs=work,
+    )
 
 
 def run_plan(
@@ -557,30 +601,29 @@ def run_plan(
 ) -> dict[str, Any]:
     """Every setting × scenario × study; the ``results`` member of ``plan/plan.json``.
 
-    ``jobs > 1`` runs the studies in that many worker processes; each study draws from its own
-    generator (``docs/planning.md`` §2), so the record is the same for any ``jobs``.
+    ``jobs > 1`` runs the studies in that many worker processes (:func:`_pool`); each study
+    draws from its own generator (``docs/planning.md`` §2) and the rows are collected in study
+    order, so the record is the same for any ``jobs``.
     """
     analysed = sorted(s for s, i in stimuli.items() if not i["control"])
+    designs = [_design(_trial_ids(study, reps)) for reps in _settings(spec, study)]
+    work = (protocol, spec, [(d, stimuli, analysed) for d in designs])
     results = []
-    pool = None
-    if jobs > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+    pool = _pool(jobs, work) if jobs > 1 else None
+    if pool is None:
+        _set_work(*work)
     try:
         for si, reps in enumerate(_settings(spec, study)):
-            d = _design(_trial_ids(study, reps))
+            d = designs[si]
             for ci, sc in enumerate(spec.scenarios):
                 start = time.perf_counter()
-                work = [
-                    (protocol, spec, sc, d, stimuli, analysed, si, ci, k)
-                    for k in range(spec.studies)
-                ]
+                indices = [(si, ci, k) for k in range(spec.studies)]
                 rows = (
-                    list(pool.map(_one_study, work, chunksize=max(1, len(work) // (4 * jobs))))
+                    list(
+                        pool.map(_one_study, indices, chunksize=max(1, len(indices) // (4 * jobs)))
+                    )
                     if pool is not None
-                    else [_one_study(w) for w in work]
+                    else [_one_study(i) for i in indices]
                 )
                 seconds = time.perf_counter() - start
                 summary = summarise(protocol, spec, sc, d, rows)
@@ -598,6 +641,7 @@ def run_plan(
                         f"{sc.name} at {reps} replicates: {spec.studies} studies in {seconds:.1f} s"
                     )
     finally:
+        _WORK.clear()
         if pool is not None:
             pool.shutdown()
     return {"results": results}
