@@ -870,7 +870,7 @@ def _trial_outcome(ds: Dataset) -> pd.DataFrame:
 
 def _outcome_arrays(
     ds: Dataset,
-) -> tuple[npt.NDArray[np.str_], npt.NDArray[np.str_], npt.NDArray[np.float64]]:
+) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.object_], npt.NDArray[np.float64]]:
     """The analysable trials' arm, model (as ``str``) and accuracy as arrays, once per dataset.
 
     :func:`_trial_outcome`'s columns for the statistics that select rows by arm and model:
@@ -882,8 +882,8 @@ def _outcome_arrays(
         return cached  # type: ignore[no-any-return]
     t = _trial_outcome(ds)
     out = (
-        np.asarray(t["arm"].astype(str).tolist(), dtype=str),
-        np.asarray(t["model"].astype(str).tolist(), dtype=str),
+        t["arm"].astype(str).to_numpy(dtype=object),
+        t["model"].astype(str).to_numpy(dtype=object),
         t["accuracy"].to_numpy(dtype=np.float64),
     )
     object.__setattr__(ds, "_outcome_arrays", out)
@@ -1849,9 +1849,12 @@ def sensitivity_lmm(
                     "probe-by-arm variance"
                 )
             if reason is None and name == "probe_by_arm_arm_residual":
+                # each arm's probes' variances: one grouping by (arm, probe), the same
+                # groups with their trials in the same order as one grouping per arm
+                spreads = t.groupby([arm, group])["accuracy"].var(ddof=1).fillna(0.0)
                 for a in sorted(set(arm.tolist())):
-                    sub = t[arm == a]
-                    spread = sub.groupby(group)["accuracy"].var(ddof=1).fillna(0.0)
+                    mine = spreads.index.get_level_values(0) == a
+                    spread = spreads[mine]
                     if float(spread.max()) <= 0.0 or left[a] <= tiny:
                         reason = (
                             f"arm {a} has zero residual variance (every trial of a probe "

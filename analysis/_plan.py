@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 from scipy import stats as sps
 
@@ -94,6 +95,11 @@ class _Design:
     rep: list[int]
     cells: dict[str, list[tuple[str, str]]]
     """Each arm's (model, variant) cells, sorted (:func:`_cells`), found once per design."""
+    levels: dict[str, list[str]]
+    """``arm``, ``model``, ``stimulus``, ``variant``: the column's distinct values, sorted."""
+    codes: dict[str, npt.NDArray[np.intp]]
+    """Each trial's position in its column's :attr:`levels`: what every simulated study of
+    the design shares (``docs/planning.md`` §3), found once per design."""
 
 
 def _design(trial_ids: Sequence[str]) -> _Design:
@@ -105,14 +111,30 @@ def _design(trial_ids: Sequence[str]) -> _Design:
     cells: dict[str, set[tuple[str, str]]] = {}
     for k, _ in keyed:
         cells.setdefault(k[0], set()).add((k[1], k[3]))
+    columns = {
+        name: [k[i] for k, _ in keyed]
+        for i, name in enumerate(("arm", "model", "stimulus", "variant"))
+    }
+    levels = {name: sorted(set(col)) for name, col in columns.items()}
+    codes = {
+        name: np.asarray(
+            [dict(zip(levels[name], range(len(levels[name])), strict=True))[x] for x in col]
+            if col
+            else [],
+            dtype=np.intp,
+        )
+        for name, col in columns.items()
+    }
     return _Design(
         [t for _, t in keyed],
-        [k[0] for k, _ in keyed],
-        [k[1] for k, _ in keyed],
-        [k[2] for k, _ in keyed],
-        [k[3] for k, _ in keyed],
+        columns["arm"],
+        columns["model"],
+        columns["stimulus"],
+        columns["variant"],
         [k[4] for k, _ in keyed],
         {arm: sorted(c) for arm, c in cells.items()},
+        levels,
+        codes,
     )
 
 
@@ -202,26 +224,35 @@ def simulate_trials(
     }
     n = len(d.trials)
     parse = rng.random(n)
-    centre = np.array(
-        [
-            sc.rates[a]
-            + sc.model_shift.get(m, 0.0)
-            + sc.variant_shift.get(v, 0.0)
-            + u.get(s, 0.0)
-            + w.get((s, a), 0.0)
-            for a, m, s, v in zip(d.arm, d.model, d.stimulus, d.variant, strict=True)
+    # per level, then taken by each trial's codes (the design's, found once): each trial's
+    # mean is the same sum, in the same order, of the same doubles as summed per trial
+    arm_of, stimulus_of = d.codes["arm"], d.codes["stimulus"]
+    arm_levels, stimulus_levels = d.levels["arm"], d.levels["stimulus"]
+    centre = (
+        np.array([float(sc.rates[a]) for a in arm_levels])[arm_of]
+        + np.array([float(sc.model_shift.get(m, 0.0)) for m in d.levels["model"]])[d.codes["model"]]
+        + np.array([float(sc.variant_shift.get(v, 0.0)) for v in d.levels["variant"]])[
+            d.codes["variant"]
         ]
+        + np.array([float(u.get(s, 0.0)) for s in stimulus_levels])[stimulus_of]
+        + np.array(
+            [[float(w.get((s, a), 0.0)) for a in arm_levels] for s in stimulus_levels]
+        ).reshape(len(stimulus_levels), len(arm_levels))[stimulus_of, arm_of]
     )
-    items = np.array([int(stimuli[s]["items"]) for s in d.stimulus], dtype=np.int64)
+    items = np.array([int(stimuli[s]["items"]) for s in stimulus_levels], dtype=np.int64)[
+        stimulus_of
+    ]
     if sc.distribution == "normal":
-        sd = np.array([sc.residual_sd[a] for a in d.arm])
+        sd = np.array([float(sc.residual_sd[a]) for a in arm_levels])[arm_of]
         acc = centre + sd * rng.standard_normal(n)
         correct = np.rint(acc * items).astype(np.int64)
     else:
         correct = rng.binomial(items, np.clip(centre, 0.0, 1.0)).astype(np.int64)
         acc = correct / items
-    failed = parse < np.array([sc.parse_failure[a] for a in d.arm])
-    control = np.array([bool(stimuli[s]["control"]) for s in d.stimulus])
+    failed = parse < np.array([float(sc.parse_failure[a]) for a in arm_levels])[arm_of]
+    control = np.array([bool(stimuli[s]["control"]) for s in stimulus_levels], dtype=bool)[
+        stimulus_of
+    ]
     acc = np.where(failed, 0.0, acc)
     frame = pd.DataFrame(
         {
