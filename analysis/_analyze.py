@@ -1851,7 +1851,7 @@ def sensitivity_lmm(
             if reason is None and name == "probe_by_arm_arm_residual":
                 # each arm's probes' variances: one grouping by (arm, probe), the same
                 # groups with their trials in the same order as one grouping per arm
-                spreads = t.groupby([arm, group])["accuracy"].var(ddof=1).fillna(0.0)
+                spreads = t["accuracy"].groupby([arm, t[group].to_numpy()]).var(ddof=1).fillna(0.0)
                 for a in sorted(set(arm.tolist())):
                     mine = spreads.index.get_level_values(0) == a
                     spread = spreads[mine]
