@@ -62,6 +62,10 @@ contrast over the study's own stimuli (``docs/planning.md`` §4)."""
 SENSITIVITY_INTERVALS: Final = ("probe_by_arm", "probe_by_arm_arm_residual", "cluster_bootstrap")
 """The ``sensitivity.lmm`` intervals whose coverage the plan reports (population truth)."""
 _STAMP: Final = "2026-01-01T00:00:00Z"
+POOL_MIN_SECONDS: Final = 5.0
+"""A plan estimated to take less than this in one process runs in it, whatever ``jobs``:
+starting the workers (a fork, or a spawn that imports the packages again) would cost more
+than they save. The record does not depend on it."""
 
 
 class PlanError(AnalysisError):
@@ -111,20 +115,15 @@ def _design(trial_ids: Sequence[str]) -> _Design:
     cells: dict[str, set[tuple[str, str]]] = {}
     for k, _ in keyed:
         cells.setdefault(k[0], set()).add((k[1], k[3]))
-    columns = {
-        name: [k[i] for k, _ in keyed]
+    columns: dict[str, list[str]] = {
+        name: [str(k[i]) for k, _ in keyed]
         for i, name in enumerate(("arm", "model", "stimulus", "variant"))
     }
     levels = {name: sorted(set(col)) for name, col in columns.items()}
-    codes = {
-        name: np.asarray(
-            [dict(zip(levels[name], range(len(levels[name])), strict=True))[x] for x in col]
-            if col
-            else [],
-            dtype=np.intp,
-        )
-        for name, col in columns.items()
-    }
+    codes = {}
+    for name, col in columns.items():
+        index = {level: i for i, level in enumerate(levels[name])}
+        codes[name] = np.asarray([index[x] for x in col], dtype=np.intp)
     return _Design(
         [t for _, t in keyed],
         columns["arm"],
@@ -691,8 +690,9 @@ def plan_study(
     ``studies`` overrides ``[plan] studies`` (the record says so). The cost is estimated first
     (two studies per setting timed); above ``[plan] max_seconds`` the plan refuses to start
     unless ``force``; ``jobs`` worker processes divide the estimate and the run (the record does
-    not depend on it). On a locked study nothing is written: the locked spec must be unchanged
-    and the run is compared with the locked plan (:attr:`PlanRun.locked_match`).
+    not depend on it; a plan estimated under :data:`POOL_MIN_SECONDS` runs in this process).
+    On a locked study nothing is written: the locked spec must be unchanged and the run is
+    compared with the locked plan (:attr:`PlanRun.locked_match`).
     """
     from runner import ledger_path, protocol_body
     from runner.spec import SpecError, load_study
@@ -719,7 +719,10 @@ def plan_study(
     inputs = plan_inputs(protocol, spec.record(), stimuli)
     if not 1 <= jobs <= 256:
         raise PlanError(f"--jobs: must be from 1 to 256, got {jobs}")
-    estimate = estimate_cost(study, spec, protocol, stimuli) / jobs
+    serial = estimate_cost(study, spec, protocol, stimuli)
+    if serial < POOL_MIN_SECONDS:
+        jobs = 1  # starting workers would cost more than they save
+    estimate = serial / jobs
     if estimate > spec.max_seconds and not force:
         raise PlanError(
             f"plan: this plan would take about {estimate:.0f} s ({spec.studies} studies x "

@@ -788,6 +788,8 @@ def test_worker_processes_give_the_same_record(planned: Any, tmp_path: Path) -> 
     copy_root = Path(shutil.copytree(root, tmp_path / "s"))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PROMPT_LEDGER_HOME", str(home))
+        # this small plan would run in one process (under POOL_MIN_SECONDS): workers forced
+        mp.setattr("analysis._plan.POOL_MIN_SECONDS", 0.0)
         again = plan_study(copy_root, jobs=2)
     assert again.record["results"] == run.record["results"]
 
