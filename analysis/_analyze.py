@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import rfc8785
 from scipy import stats as sps
@@ -863,6 +864,28 @@ def _trial_outcome(ds: Dataset) -> pd.DataFrame:
     return t
 
 
+def _outcome_arrays(
+    ds: Dataset,
+) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.object_], npt.NDArray[np.float64]]:
+    """The analysable trials' arm, model (as ``str``) and accuracy as arrays, once per dataset.
+
+    :func:`_trial_outcome`'s columns for the statistics that select rows by arm and model:
+    a boolean mask over these arrays keeps the rows, in their order, that pandas' boolean
+    selection keeps (so the same values, bit for bit), without building a frame per selection.
+    """
+    cached = ds.__dict__.get("_outcome_arrays")
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    t = _trial_outcome(ds)
+    out = (
+        t["arm"].astype(str).to_numpy(dtype=object),
+        t["model"].astype(str).to_numpy(dtype=object),
+        t["accuracy"].to_numpy(dtype=np.float64),
+    )
+    object.__setattr__(ds, "_outcome_arrays", out)
+    return out
+
+
 def _model_reference(ds: Dataset, present: pd.Series) -> str:
     """The reference model of the model factor: the first declared model with data."""
     seen = set(present.astype(str).unique().tolist())
@@ -971,14 +994,13 @@ def _pair_values(
     of arms with that of models, so its trials are left out; in a one-model study (or when
     the arms share no model) every analysable trial of each arm is used.
     """
-    t = _trial_outcome(ds)
-    shared = set(t.loc[t["arm"] == a, "model"].unique().tolist()) & set(
-        t.loc[t["arm"] == b, "model"].unique().tolist()
-    )
-    if shared:
-        t = t[t["model"].isin(shared)]
-    x = t[t["arm"] == a]["accuracy"].to_numpy(dtype=np.float64)
-    y = t[t["arm"] == b]["accuracy"].to_numpy(dtype=np.float64)
+    arms, model, accuracy = _outcome_arrays(ds)
+    in_a, in_b = arms == a, arms == b
+    shared = set(model[in_a].tolist()) & set(model[in_b].tolist())
+    if shared:  # the same rows, in the same order, as pandas' boolean selection
+        keep = np.isin(model, list(shared))
+        in_a, in_b = in_a & keep, in_b & keep
+    x, y = accuracy[in_a], accuracy[in_b]
     for arm, values in ((a, x), (b, y)):
         if not values.size:
             raise stats.StatsError(
@@ -1015,6 +1037,9 @@ PairState = dict[str, dict[tuple[str, int], tuple[str, str, float]]]
 """Per arm, (stimulus, rep) -> (kind: ok, unparseable, given-up or excluded; trial; value)."""
 
 
+_PAIR_STATE_COLUMNS = ("excluded", "stimulus", "rep", "trial", "accuracy")
+
+
 def _pair_state(ds: Dataset, a: str, b: str) -> PairState:
     """Every scheduled (stimulus, rep) key of arms ``a`` and ``b`` and what it gave."""
     controls = set(ds.trials.loc[ds.trials["control"].astype(bool), "stimulus"].astype(str))
@@ -1029,11 +1054,15 @@ def _pair_state(ds: Dataset, a: str, b: str) -> PairState:
             )
         state[arm][key] = (kind, trial, value)
 
-    for row in ds.trials.itertuples(index=False):
-        arm = str(row.arm)
-        if arm in state and not row.control:
-            kind = "unparseable" if row.excluded else "ok"
-            note(arm, (str(row.stimulus), int(row.rep)), kind, str(row.trial), float(row.accuracy))
+    t = ds.trials
+    arms = t["arm"].astype(str).to_numpy()
+    mine = np.isin(arms, list(state)) & ~t["control"].astype(bool).to_numpy()
+    for arm, excluded, stimulus, rep, trial, accuracy in zip(
+        *(col[mine].tolist() for col in (arms, *(t[c].to_numpy() for c in _PAIR_STATE_COLUMNS))),
+        strict=True,
+    ):  # the trial table's rows of a and b in its order, not controls
+        kind = "unparseable" if excluded else "ok"
+        note(arm, (str(stimulus), int(rep)), kind, str(trial), float(accuracy))
     for kind, ids in (("given-up", ds.given_up), ("excluded", ds.excluded_trials)):
         for trial in ids:
             arm, _model, stimulus, rep = split_trial(trial)
@@ -1141,9 +1170,24 @@ class StatisticData:
         return fit_model(self.ds, plan)
 
 
+def _stimulus_subset(ds: Dataset, stimuli: Sequence[str]) -> Dataset:
+    """``ds.for_stimuli(stimuli)``, made once per dataset and list of stimuli.
+
+    The hypotheses of one stimulus subset and ``sensitivity.lmm``'s subset model then share
+    one dataset (and its :func:`_trial_outcome`): the same frames, so the same numbers.
+    Callers only read it.
+    """
+    memo: dict[tuple[str, ...], Dataset] = ds.__dict__.setdefault("_stimulus_subsets", {})
+    key = tuple(str(x) for x in stimuli)
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = ds.for_stimuli(key)
+    return got
+
+
 def _hypothesis_dataset(ds: Dataset, h: dict[str, Any]) -> Dataset:
     """The data a hypothesis reads: its stimuli, its ddx metric as the outcome (§9)."""
-    subset = ds.for_stimuli(h["stimuli"]) if h.get("stimuli") else ds
+    subset = _stimulus_subset(ds, h["stimuli"]) if h.get("stimuli") else ds
     if h.get("outcome") in DDX_METRICS:  # docs/analysis.md §9: the metric is the outcome
         subset = metric_dataset(subset, str(h["outcome"]))
     return subset
@@ -1801,9 +1845,12 @@ def sensitivity_lmm(
                     "probe-by-arm variance"
                 )
             if reason is None and name == "probe_by_arm_arm_residual":
+                # each arm's probes' variances: one grouping by (arm, probe), the same
+                # groups with their trials in the same order as one grouping per arm
+                spreads = t["accuracy"].groupby([arm, t[group].to_numpy()]).var(ddof=1).fillna(0.0)
                 for a in sorted(set(arm.tolist())):
-                    sub = t[arm == a]
-                    spread = sub.groupby(group)["accuracy"].var(ddof=1).fillna(0.0)
+                    mine = spreads.index.get_level_values(0) == a
+                    spread = spreads[mine]
                     if float(spread.max()) <= 0.0 or left[a] <= tiny:
                         reason = (
                             f"arm {a} has zero residual variance (every trial of a probe "
@@ -1923,7 +1970,7 @@ def sensitivity_lmm(
             raise stats.StatsError("the registered mixed model could not be fitted")
         models, contrasts = block(_trial_outcome(ds), fit, lmm)
         for h in subsets:  # its own subset model, as hypothesis_results fits it
-            sub = ds.for_stimuli(h["stimuli"])
+            sub = _stimulus_subset(ds, h["stimuli"])
             sub_plan = {
                 **plan,
                 "analysis": {
@@ -2264,12 +2311,12 @@ def _answers(log: Ledger, sessions: list[Any]) -> Iterator[Any]:
 
 
 def forget_derived(ds: Dataset) -> None:
-    """Drop what the analyses cached on ``ds`` (its analysable items and trial outcomes).
+    """Drop what the analyses cached on ``ds`` (analysable items, outcomes, stimulus subsets).
 
     They are recomputed on demand; dropping them before the CSVs are written keeps the peak
     of ``ledger analyze`` at one item table and its CSV, not two tables (issue 41).
     """
-    for name in ("_analysable_items", "_trial_outcome"):
+    for name in ("_analysable_items", "_trial_outcome", "_outcome_arrays", "_stimulus_subsets"):
         ds.__dict__.pop(name, None)
 
 

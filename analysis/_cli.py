@@ -448,19 +448,22 @@ def _warn_provenance(provenance: dict[str, Any]) -> None:
 @click.option(
     "--jobs",
     type=click.IntRange(1, 256),
-    default=1,
-    show_default=True,
-    help="Worker processes (the record is the same for any number).",
+    default=None,
+    help="Worker processes (default: the cores this process may use; the record is the "
+    "same for any number).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the plan record as JSON.")
-def plan_cmd(study_dir: Path, studies: int | None, force: bool, jobs: int, as_json: bool) -> None:
+def plan_cmd(
+    study_dir: Path, studies: int | None, force: bool, jobs: int | None, as_json: bool
+) -> None:
     """Design diagnostics by simulation, before the lock: power, type-I error, coverage.
 
     Simulates the study's trial data under each [[plan.scenarios]] of study.toml (no API
     call), runs the registered analysis and decision rules on every simulated study, and
     writes plan/plan.json, which `ledger lock` locks with the study (docs/planning.md). The
     cost is estimated first; a plan slower than [plan] max_seconds refuses to start unless
-    --force. On a locked study nothing is written: the run is compared with the locked plan.
+    --force. The studies run in one worker process per available core unless --jobs says
+    otherwise. On a locked study nothing is written: the run is compared with the locked plan.
 
     \b
     Example:
@@ -468,12 +471,18 @@ def plan_cmd(study_dir: Path, studies: int | None, force: bool, jobs: int, as_js
       ledger plan my-study --studies 50
       ledger plan my-study --jobs 8
     """
-    from analysis._plan import lock_warnings, plan_study
+    from analysis._plan import available_cores, lock_warnings, plan_study
 
     def progress(line: str) -> None:
         click.echo(f"  {line}", err=True)
 
-    run = plan_study(study_dir, studies=studies, force=force, progress=progress, jobs=jobs)
+    run = plan_study(
+        study_dir,
+        studies=studies,
+        force=force,
+        progress=progress,
+        jobs=jobs if jobs is not None else available_cores(),
+    )
     if as_json:
         dump_json(run.record)
         return

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 from scipy import stats as sps
 
@@ -60,6 +62,10 @@ contrast over the study's own stimuli (``docs/planning.md`` §4)."""
 SENSITIVITY_INTERVALS: Final = ("probe_by_arm", "probe_by_arm_arm_residual", "cluster_bootstrap")
 """The ``sensitivity.lmm`` intervals whose coverage the plan reports (population truth)."""
 _STAMP: Final = "2026-01-01T00:00:00Z"
+POOL_MIN_SECONDS: Final = 5.0
+"""A plan estimated to take less than this in one process runs in it, whatever ``jobs``:
+starting the workers (a fork, or a spawn that imports the packages again) would cost more
+than they save. The record does not depend on it."""
 
 
 class PlanError(AnalysisError):
@@ -93,6 +99,11 @@ class _Design:
     rep: list[int]
     cells: dict[str, list[tuple[str, str]]]
     """Each arm's (model, variant) cells, sorted (:func:`_cells`), found once per design."""
+    levels: dict[str, list[str]]
+    """``arm``, ``model``, ``stimulus``, ``variant``: the column's distinct values, sorted."""
+    codes: dict[str, npt.NDArray[np.intp]]
+    """Each trial's position in its column's :attr:`levels`: what every simulated study of
+    the design shares (``docs/planning.md`` §3), found once per design."""
 
 
 def _design(trial_ids: Sequence[str]) -> _Design:
@@ -104,14 +115,25 @@ def _design(trial_ids: Sequence[str]) -> _Design:
     cells: dict[str, set[tuple[str, str]]] = {}
     for k, _ in keyed:
         cells.setdefault(k[0], set()).add((k[1], k[3]))
+    columns: dict[str, list[str]] = {
+        name: [str(k[i]) for k, _ in keyed]
+        for i, name in enumerate(("arm", "model", "stimulus", "variant"))
+    }
+    levels = {name: sorted(set(col)) for name, col in columns.items()}
+    codes = {}
+    for name, col in columns.items():
+        index = {level: i for i, level in enumerate(levels[name])}
+        codes[name] = np.asarray([index[x] for x in col], dtype=np.intp)
     return _Design(
         [t for _, t in keyed],
-        [k[0] for k, _ in keyed],
-        [k[1] for k, _ in keyed],
-        [k[2] for k, _ in keyed],
-        [k[3] for k, _ in keyed],
+        columns["arm"],
+        columns["model"],
+        columns["stimulus"],
+        columns["variant"],
         [k[4] for k, _ in keyed],
         {arm: sorted(c) for arm, c in cells.items()},
+        levels,
+        codes,
     )
 
 
@@ -201,26 +223,35 @@ def simulate_trials(
     }
     n = len(d.trials)
     parse = rng.random(n)
-    centre = np.array(
-        [
-            sc.rates[a]
-            + sc.model_shift.get(m, 0.0)
-            + sc.variant_shift.get(v, 0.0)
-            + u.get(s, 0.0)
-            + w.get((s, a), 0.0)
-            for a, m, s, v in zip(d.arm, d.model, d.stimulus, d.variant, strict=True)
+    # per level, then taken by each trial's codes (the design's, found once): each trial's
+    # mean is the same sum, in the same order, of the same doubles as summed per trial
+    arm_of, stimulus_of = d.codes["arm"], d.codes["stimulus"]
+    arm_levels, stimulus_levels = d.levels["arm"], d.levels["stimulus"]
+    centre = (
+        np.array([float(sc.rates[a]) for a in arm_levels])[arm_of]
+        + np.array([float(sc.model_shift.get(m, 0.0)) for m in d.levels["model"]])[d.codes["model"]]
+        + np.array([float(sc.variant_shift.get(v, 0.0)) for v in d.levels["variant"]])[
+            d.codes["variant"]
         ]
+        + np.array([float(u.get(s, 0.0)) for s in stimulus_levels])[stimulus_of]
+        + np.array(
+            [[float(w.get((s, a), 0.0)) for a in arm_levels] for s in stimulus_levels]
+        ).reshape(len(stimulus_levels), len(arm_levels))[stimulus_of, arm_of]
     )
-    items = np.array([int(stimuli[s]["items"]) for s in d.stimulus], dtype=np.int64)
+    items = np.array([int(stimuli[s]["items"]) for s in stimulus_levels], dtype=np.int64)[
+        stimulus_of
+    ]
     if sc.distribution == "normal":
-        sd = np.array([sc.residual_sd[a] for a in d.arm])
+        sd = np.array([float(sc.residual_sd[a]) for a in arm_levels])[arm_of]
         acc = centre + sd * rng.standard_normal(n)
         correct = np.rint(acc * items).astype(np.int64)
     else:
         correct = rng.binomial(items, np.clip(centre, 0.0, 1.0)).astype(np.int64)
         acc = correct / items
-    failed = parse < np.array([sc.parse_failure[a] for a in d.arm])
-    control = np.array([bool(stimuli[s]["control"]) for s in d.stimulus])
+    failed = parse < np.array([float(sc.parse_failure[a]) for a in arm_levels])[arm_of]
+    control = np.array([bool(stimuli[s]["control"]) for s in stimulus_levels], dtype=bool)[
+        stimulus_of
+    ]
     acc = np.where(failed, 0.0, acc)
     frame = pd.DataFrame(
         {
@@ -540,11 +571,54 @@ def estimate_cost(
     return total
 
 
-def _one_study(args: tuple[Any, ...]) -> dict[str, Any]:
+_WORK: list[tuple[Any, ...]] = []
+"""A worker's plan inputs, set once per worker by :func:`_set_work` (not sent per study)."""
+
+
+def _set_work(*work: Any) -> None:
+    """A worker's initializer: keep the inputs every study of the pool shares."""
+    _WORK[:] = [work]
+
+
+def _one_study(index: tuple[int, int, int]) -> dict[str, Any]:
     """One study by its indices (a process pool's unit: the seed makes it independent)."""
-    protocol, spec, sc, d, stimuli, analysed, si, ci, k = args
+    protocol, spec, settings = _WORK[0]
+    si, ci, k = index
+    sc = spec.scenarios[ci]
+    d, stimuli, analysed = settings[si]
     rng = np.random.default_rng([int(spec.seed), si, ci, k])
     return _run_one(protocol, spec, sc, d, stimuli, rng, analysed)
+
+
+def available_cores() -> int:
+    """The cores this process may run on (``os.sched_getaffinity``; else ``os.cpu_count()``)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no sched_getaffinity (macOS, Windows)
+        return max(1, os.cpu_count() or 1)
+
+
+def _pool(jobs: int, work: tuple[Any, ...]) -> Any:
+    """``jobs`` worker processes holding ``work``: forked where the platform can fork.
+
+    A forked worker inherits the parent's imports and ``work`` (nothing is pickled to start
+    it). A process running other threads (a test runner's, a server's) spawns its workers
+    instead, as does a platform without ``fork``: forking copies only the calling thread,
+    and a lock another thread held would stay locked in the child; a spawned worker imports
+    the packages again (seconds) and receives ``work`` pickled, once.
+    """
+    import multiprocessing
+    import threading
+    from concurrent.futures import ProcessPoolExecutor
+
+    can_fork = "fork" in multiprocessing.get_all_start_methods()
+    method = "fork" if can_fork and threading.active_count() == 1 else "spawn"
+    return ProcessPoolExecutor(
+        jobs,
+        mp_context=multiprocessing.get_context(method),
+        initializer=_set_work,
+        initargs=work,
+    )
 
 
 def run_plan(
@@ -557,30 +631,29 @@ def run_plan(
 ) -> dict[str, Any]:
     """Every setting × scenario × study; the ``results`` member of ``plan/plan.json``.
 
-    ``jobs > 1`` runs the studies in that many worker processes; each study draws from its own
-    generator (``docs/planning.md`` §2), so the record is the same for any ``jobs``.
+    ``jobs > 1`` runs the studies in that many worker processes (:func:`_pool`); each study
+    draws from its own generator (``docs/planning.md`` §2) and the rows are collected in study
+    order, so the record is the same for any ``jobs``.
     """
     analysed = sorted(s for s, i in stimuli.items() if not i["control"])
+    designs = [_design(_trial_ids(study, reps)) for reps in _settings(spec, study)]
+    work = (protocol, spec, [(d, stimuli, analysed) for d in designs])
     results = []
-    pool = None
-    if jobs > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+    pool = _pool(jobs, work) if jobs > 1 else None
+    if pool is None:
+        _set_work(*work)
     try:
         for si, reps in enumerate(_settings(spec, study)):
-            d = _design(_trial_ids(study, reps))
+            d = designs[si]
             for ci, sc in enumerate(spec.scenarios):
                 start = time.perf_counter()
-                work = [
-                    (protocol, spec, sc, d, stimuli, analysed, si, ci, k)
-                    for k in range(spec.studies)
-                ]
+                indices = [(si, ci, k) for k in range(spec.studies)]
                 rows = (
-                    list(pool.map(_one_study, work, chunksize=max(1, len(work) // (4 * jobs))))
+                    list(
+                        pool.map(_one_study, indices, chunksize=max(1, len(indices) // (4 * jobs)))
+                    )
                     if pool is not None
-                    else [_one_study(w) for w in work]
+                    else [_one_study(i) for i in indices]
                 )
                 seconds = time.perf_counter() - start
                 summary = summarise(protocol, spec, sc, d, rows)
@@ -598,6 +671,7 @@ def run_plan(
                         f"{sc.name} at {reps} replicates: {spec.studies} studies in {seconds:.1f} s"
                     )
     finally:
+        _WORK.clear()
         if pool is not None:
             pool.shutdown()
     return {"results": results}
@@ -616,8 +690,9 @@ def plan_study(
     ``studies`` overrides ``[plan] studies`` (the record says so). The cost is estimated first
     (two studies per setting timed); above ``[plan] max_seconds`` the plan refuses to start
     unless ``force``; ``jobs`` worker processes divide the estimate and the run (the record does
-    not depend on it). On a locked study nothing is written: the locked spec must be unchanged
-    and the run is compared with the locked plan (:attr:`PlanRun.locked_match`).
+    not depend on it; a plan estimated under :data:`POOL_MIN_SECONDS` runs in this process).
+    On a locked study nothing is written: the locked spec must be unchanged and the run is
+    compared with the locked plan (:attr:`PlanRun.locked_match`).
     """
     from runner import ledger_path, protocol_body
     from runner.spec import SpecError, load_study
@@ -644,7 +719,10 @@ def plan_study(
     inputs = plan_inputs(protocol, spec.record(), stimuli)
     if not 1 <= jobs <= 256:
         raise PlanError(f"--jobs: must be from 1 to 256, got {jobs}")
-    estimate = estimate_cost(study, spec, protocol, stimuli) / jobs
+    serial = estimate_cost(study, spec, protocol, stimuli)
+    if serial < POOL_MIN_SECONDS:
+        jobs = 1  # starting workers would cost more than they save
+    estimate = serial / jobs
     if estimate > spec.max_seconds and not force:
         raise PlanError(
             f"plan: this plan would take about {estimate:.0f} s ({spec.studies} studies x "

@@ -1,6 +1,6 @@
 """``ledger plan`` on the tumbling-E template: what a plan costs, with and without sensitivity.
 
-    .venv/bin/python benchmarks/bench_plan.py [--studies 200] [--replicates 30] [--quick]
+    .venv/bin/python benchmarks/bench_plan.py [--studies 200] [--replicates 30] [--jobs N] [--quick]
 
 Writes the tumbling-E template study (``runner/templates/prompt_tumbling_e``) with its
 ``[plan]`` cut to one scenario (``demo``) at ``replicates`` replicates, and runs
@@ -8,7 +8,9 @@ Writes the tumbling-E template study (``runner/templates/prompt_tumbling_e``) wi
 ``sensitivity = true`` (the registered analysis and ``sensitivity.lmm``: four more REML fits
 per study) and ``sensitivity = false``. Then the cold sensitivity fits ``ledger analyze`` runs
 (no warm start: three shares, the scan, the boundary; ``docs/statistics.md``) on a few of the
-same simulated studies.
+same simulated studies. With more than one core available (or ``--jobs N``), the plan with
+sensitivity runs a third time in that many worker processes, as ``ledger plan`` runs it by
+default: its wall seconds, and the CPU seconds of this process and of its workers.
 
 Each figure is CPU seconds of this process (and wall seconds), per run and per simulated
 study, and a ratio against a **limit measured in the same run**: drawing every simulated
@@ -131,11 +133,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--studies", type=int, default=200, help="simulated studies per run")
     parser.add_argument("--replicates", type=int, default=30, help="replicates per cell")
     parser.add_argument("--cold", type=int, default=3, help="studies for the cold fits")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="worker processes of the third run (default: the cores available, as ledger plan)",
+    )
     parser.add_argument("--quick", action="store_true", help="20 studies, 1 cold study")
     args = parser.parse_args(argv)
     if args.quick:
         args.studies, args.cold = 20, 1
     from analysis import plan_study
+    from analysis._plan import available_cores
+
+    args.jobs = args.jobs if args.jobs is not None else available_cores()
 
     print(_load())
     print(f"tumbling-E template, demo scenario, {args.replicates} replicates")
@@ -159,6 +170,22 @@ def main(argv: list[str] | None = None) -> int:
                 f"the plan's own clock {run.seconds:.2f} s, its estimate "
                 f"{run.estimate_seconds:.2f} s), {1000 * cpu / args.studies:.1f} ms CPU per "
                 f"study, {cpu / floor:.1f} x the limit"
+            )
+        if args.jobs > 1:
+            before = os.times()
+            wall = time.perf_counter()
+            run = plan_study(roots[True], studies=args.studies, jobs=args.jobs)
+            wall = time.perf_counter() - wall
+            after = os.times()
+            mine = (after.user - before.user) + (after.system - before.system)
+            workers = (after.children_user - before.children_user) + (
+                after.children_system - before.children_system
+            )
+            print(
+                f"plan, sensitivity = true, {args.jobs} worker processes: {wall:.2f} s wall "
+                f"(the plan's own clock {run.seconds:.2f} s), {mine + workers:.2f} s CPU "
+                f"(this process {mine:.2f} s, the workers {workers:.2f} s), "
+                f"{1000 * wall / args.studies:.1f} ms wall per study"
             )
         cold, fits = cold_fits(roots[True], args.cold)
         print(

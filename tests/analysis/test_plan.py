@@ -194,6 +194,71 @@ def test_parse_failures_are_drawn_at_the_declared_rate(planned: Any) -> None:
     assert all((f.loc[f["excluded"], "status"] == "unparseable").all() for f in frames)
 
 
+def _draws_trial_by_trial(
+    sc: Any, d: Any, stimuli: dict[str, dict[str, Any]], rng: np.random.Generator
+) -> tuple[Any, Any]:
+    """docs/planning.md §2 read literally: each trial's mean summed in Python, trial by trial."""
+    analysed = sorted(s for s, info in stimuli.items() if not info["control"])
+    arms = sorted(sc.rates)
+    zu = rng.standard_normal(len(analysed))
+    zw = rng.standard_normal((len(analysed), len(arms)))
+    u = {s: sc.stimulus_sd * float(zu[i]) for i, s in enumerate(analysed)}
+    w = {
+        (s, a): sc.stimulus_arm_sd * float(zw[i, j])
+        for i, s in enumerate(analysed)
+        for j, a in enumerate(arms)
+    }
+    parse = rng.random(len(d.trials))
+    mean, items, sd, fail = [], [], [], []
+    for a, m, s, v in zip(d.arm, d.model, d.stimulus, d.variant, strict=True):
+        mean.append(
+            sc.rates[a]
+            + sc.model_shift.get(m, 0.0)
+            + sc.variant_shift.get(v, 0.0)
+            + u.get(s, 0.0)
+            + w.get((s, a), 0.0)
+        )
+        items.append(int(stimuli[s]["items"]))
+        sd.append(sc.residual_sd[a] if sc.distribution == "normal" else 0.0)
+        fail.append(sc.parse_failure[a])
+    if sc.distribution == "normal":
+        acc = np.array(mean) + np.array(sd) * rng.standard_normal(len(mean))
+    else:
+        acc = rng.binomial(np.array(items), np.clip(np.array(mean), 0, 1)) / np.array(items)
+    failed = parse < np.array(fail)
+    return np.where(failed, 0.0, acc), failed
+
+
+@pytest.mark.parametrize("distribution", ["normal", "binomial"])
+def test_the_draws_are_the_documented_sums_bit_for_bit(planned: Any, distribution: str) -> None:
+    """simulate_trials takes each trial's mean by the design's level codes (found once per
+    design): the same sum, in the same order, of the same doubles as trial by trial."""
+    from analysis._plan import _design
+    from runner._plancheck import plan_stimuli
+
+    root, _run, _home = planned
+    study = load_study(root)
+    assert study.plan is not None
+    sc = study.plan.scenarios[0]
+    sc = type(sc)(
+        **{
+            **sc.__dict__,
+            "distribution": distribution,
+            "model_shift": {"": 0.013},  # every trial's model and variant are ""
+            "variant_shift": {"": -0.007},
+            "parse_failure": {a: 0.1 * (i + 1) / 5 for i, a in enumerate(sorted(sc.rates))},
+        }
+    )
+    d = _design(study.trial_ids())
+    stimuli = plan_stimuli(study)
+    for k in range(3):
+        frame, _u, _w = simulate_trials(sc, d, stimuli, np.random.default_rng([7, 0, 0, k]))
+        acc, failed = _draws_trial_by_trial(sc, d, stimuli, np.random.default_rng([7, 0, 0, k]))
+        assert frame["trial"].tolist() == d.trials
+        assert np.array_equal(frame["excluded"].to_numpy(), failed)
+        assert frame["accuracy"].to_numpy().tobytes() == acc.tobytes()
+
+
 def _registered_closed_form(frame: Any) -> tuple[float, float]:
     """bench_coverage's balanced-design REML z interval for A - B (arms A-C, no controls)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -717,12 +782,14 @@ def test_report_section_twins_agree() -> None:
     ]
 
 
-@pytest.mark.slow  # spawning workers that import numpy, pandas and statsmodels takes a while
+@pytest.mark.slow  # forked workers take seconds; under a threaded runner (xdist) they are spawned
 def test_worker_processes_give_the_same_record(planned: Any, tmp_path: Path) -> None:
     root, run, home = planned
     copy_root = Path(shutil.copytree(root, tmp_path / "s"))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PROMPT_LEDGER_HOME", str(home))
+        # this small plan would run in one process (under POOL_MIN_SECONDS): workers forced
+        mp.setattr("analysis._plan.POOL_MIN_SECONDS", 0.0)
         again = plan_study(copy_root, jobs=2)
     assert again.record["results"] == run.record["results"]
 
