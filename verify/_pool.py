@@ -17,9 +17,21 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from typing import TypeVar
 
-__all__ = ["AUTO_JOBS", "available_cpus", "resolve_jobs", "worker_pool"]
+__all__ = [
+    "AUTO_JOBS",
+    "ChildError",
+    "available_cpus",
+    "forked",
+    "resolve_jobs",
+    "worker_pool",
+]
+
+T = TypeVar("T")
 
 AUTO_JOBS = 0
 """``jobs`` that asks for one worker per available CPU."""
@@ -52,3 +64,55 @@ def worker_pool(jobs: int) -> ProcessPoolExecutor:
     """A pool of ``jobs`` worker processes, forked where the platform can fork, else spawned."""
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method))
+
+
+class ChildError(Exception):
+    """A forked child (:func:`forked`) stopped without handing back its result."""
+
+
+def forked(fn: Callable[[], T], what: str) -> Callable[[], T]:
+    """Start ``fn()`` in a forked child process; return the function that waits for its result.
+
+    The child sees this process as it is at the fork (every envelope, file hash and parsed
+    table already in memory, shared until written) and hands back ``fn()``'s return value,
+    pickled through a pipe. Waiting raises :class:`ChildError` naming ``what`` when the child
+    raised or exited without a result. Where the platform cannot fork, ``fn()`` runs here and
+    now.
+    """
+    if not hasattr(os, "fork") or "fork" not in multiprocessing.get_all_start_methods():
+        value = fn()
+        return lambda: value
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: run, hand the result over, exit without any cleanup of the parent's
+        code = 0
+        try:
+            os.close(read_fd)
+            try:
+                data = pickle.dumps((True, fn()), protocol=pickle.HIGHEST_PROTOCOL)
+            except BaseException as exc:  # handed to the parent, which fails closed
+                data = pickle.dumps((False, f"{type(exc).__name__}: {exc}"))
+            with os.fdopen(write_fd, "wb") as out:
+                out.write(data)
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+
+    def wait() -> T:
+        with os.fdopen(read_fd, "rb") as pipe:
+            data = pipe.read()
+        _, status = os.waitpid(pid, 0)
+        if not data:
+            raise ChildError(
+                f"the process checking {what} exited with status "
+                f"{os.waitstatus_to_exitcode(status)} before handing back its result"
+            )
+        ok, value = pickle.loads(data)  # written by this program's own child, just now
+        if not ok:
+            raise ChildError(f"the process checking {what} stopped: {value}")
+        result: T = value
+        return result
+
+    return wait

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ import verify._archive.ledger_checks
 import verify._ledgerfile
 import verify._reader.files
 from verify import Report, Status, verify_archive
-from verify._pool import AUTO_JOBS, available_cpus, resolve_jobs
+from verify._pool import AUTO_JOBS, ChildError, available_cpus, forked, resolve_jobs
 
 GOLDEN = REPO / "archive" / "prompt-tumbling-e"
 
@@ -113,3 +114,39 @@ def test_jobs_zero_is_one_worker_per_available_cpu() -> None:
     assert resolve_jobs(3) == 3
     with pytest.raises(ValueError, match="jobs is -1"):
         resolve_jobs(-1)
+
+
+def test_forked_checks_give_the_serial_report_with_the_science(tmp_path: Path) -> None:
+    """With jobs > 1 the archive checks and ``rescore`` run in forked children beside
+    ``reanalysis``: a changed response fails the same checks, first failures included."""
+    archive = tmp_path / "archive"
+    shutil.copytree(GOLDEN, archive)
+    lines = (archive / "ledger" / "events.jsonl").read_bytes().split(b"\n")
+    responded = next(
+        json.loads(line)["envelope"]
+        for line in lines
+        if line and json.loads(line)["envelope"]["kind"] == "trial.responded"
+    )
+    blob = archive / "blobs" / responded["blobs"]["response"]
+    blob.write_bytes(blob.read_bytes().replace(b"content", b"kontent", 1))
+    serial = verify_archive(archive, jobs=1)
+    parallel = verify_archive(archive, jobs=2)
+    assert parallel.to_dict() == serial.to_dict()
+    assert [c.name for c in parallel.checks] == [c.name for c in serial.checks]
+    statuses = {c.name: c.status for c in parallel.checks}
+    assert statuses["blobs"] is Status.FAIL and statuses["manifest"] is Status.FAIL
+    assert statuses["rescore"] is Status.FAIL and statuses["layout"] is Status.PASS
+
+
+def test_a_forked_child_that_fails_is_named() -> None:
+    def boom() -> int:
+        raise RuntimeError("no table")
+
+    def vanish() -> int:
+        os._exit(3)
+
+    assert forked(lambda: 41, "a number")() == 41
+    with pytest.raises(ChildError, match="checking the thing stopped: RuntimeError: no table"):
+        forked(boom, "the thing")()
+    with pytest.raises(ChildError, match="checking the other exited with status 3 before"):
+        forked(vanish, "the other")()
