@@ -214,8 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=_workers,
         default=AUTO_JOBS,
         metavar="N",
-        help="worker processes for the signatures and file hashes (default 0: one per CPU "
-        "this process may use; 1: none, all in this process)",
+        help="processes (default 0: one per CPU this process may use; 1: this one alone): "
+        "signatures and file hashes in workers, the archive checks and re-scoring beside "
+        "the re-analysis",
     )
     return parser
 

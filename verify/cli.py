@@ -125,8 +125,8 @@ def _witness_key(ctx: click.Context, param: click.Parameter, values: tuple[str, 
     type=click.IntRange(min=0),
     default=0,
     show_default=True,
-    help="Worker processes for the signatures and file hashes (0: one per CPU this process "
-    "may use; 1: none).",
+    help="Processes (0: one per CPU this process may use; 1: this one alone): signatures "
+    "and file hashes in workers, the archive checks and re-scoring beside the re-analysis.",
 )
 @click.option(
     "--annex",
