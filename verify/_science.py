@@ -113,7 +113,8 @@ def science_checks(
     The checks run on one BLAS thread (:func:`verify._blas.one_blas_thread`) and remember
     each REML maximum they find (:func:`verify._reml.remembered_maxima`) until they return.
     With ``fork`` (the verifier has a second CPU) ``rescore`` runs in a forked child process
-    (:func:`verify._pool.forked`) beside ``reanalysis`` here: the two read the same loaded
+    (:func:`verify._pool.forked`) beside ``reanalysis`` here, which hashes its rebuilt tables
+    in another (:func:`verify._recompute.reanalysis._forked_rest`): they read the same loaded
     archive and share nothing they write, so the checks are the same either way.
     """
     loaded: _Archive | None = None
@@ -122,6 +123,8 @@ def science_checks(
         loaded = _load(Path(archive), envelopes, files, unkept)
     except _Problem as exc:
         error = exc
+    if loaded is not None:
+        loaded.fork = fork
     with one_blas_thread(), remembered_maxima():
         if fork:
             rescored = forked(lambda: _run("rescore", loaded, error, _rescore), "rescore")
