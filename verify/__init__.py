@@ -188,6 +188,8 @@ def verify_path(
     (``docs/witness.md`` §8-9); witnesses given for a live ledger make a ``witnesses`` FAIL
     saying to export it first. ``annex`` and ``identity`` (an auditor's secret key file)
     complete a public archive (``docs/privacy.md``): without them its report is ``partial``.
+    ``jobs`` is how many processes to use (0: one per CPU this process may run on; 1: this
+    one alone; the report is the same: ``docs/archive-format.md`` §4.1, *Processes*).
     """
     from verify._pgledger import STORE_FILE, is_store_url
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from verify import KeyFormatError, parse_vkey, render_report, verify_path
+from verify._pool import AUTO_JOBS
 from verify._report import PARTIAL_EXIT
 from verify._safeio import UnsafeFileError, read_regular
 
@@ -88,6 +89,16 @@ def _read_text(value: str) -> str:
         except UnicodeDecodeError as exc:
             raise argparse.ArgumentTypeError(f"vkey file {path}: unreadable ({exc})") from None
     return text.strip()
+
+
+def _workers(value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if jobs < 0:
+        raise argparse.ArgumentTypeError(f"{jobs} is not >= 0")
+    return jobs
 
 
 def _jobs(value: str) -> int:
@@ -199,7 +210,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", dest="as_json", action="store_true", help="print the report as JSON"
     )
     parser.add_argument(
-        "--jobs", type=_jobs, default=1, metavar="N", help="processes for signatures (default 1)"
+        "--jobs",
+        type=_workers,
+        default=AUTO_JOBS,
+        metavar="N",
+        help="processes (default 0: one per CPU this process may use; 1: this one alone): "
+        "signatures and file hashes in workers, the archive checks and re-scoring beside "
+        "the re-analysis",
     )
     return parser
 

@@ -9,7 +9,6 @@ does every other check, so the report does not depend on ``jobs``.
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import os
 import sqlite3
 import stat
@@ -33,6 +32,7 @@ from verify._merkle import (
     verify_consistency,
 )
 from verify._note import Checkpoint, Vkey, open_note, parse_checkpoint, parse_note, parse_vkey
+from verify._pool import resolve_jobs, worker_pool
 from verify._report import Check, Report, Status
 from verify._safeio import UnsafeFileError, describe_mode, read_regular
 
@@ -55,6 +55,10 @@ _LAST = 1 << 62
 
 # Logs smaller than this are verified in-process even when jobs > 1 (tests set it to 0).
 _MIN_PARALLEL_EVENTS = 2048
+# Events per chunk handed to a worker: about 8 chunks per worker, within these bounds (tests
+# set _MIN_CHUNK to a few events to force many chunks on a small log).
+_MIN_CHUNK = 256
+_MAX_CHUNK = 8192
 SKIMMED: Any = object()
 """The ``kind`` of an archive line read but not parsed: more than :data:`MAX_FAULTY_KEPT`
 earlier lines were faulty, so it is only hashed into the tree (``docs/archive-format.md`` §6)."""
@@ -328,7 +332,7 @@ class _Run:
         self.path = path
         self.trusted_texts = [str(k) for k in trusted_keys]
         self.published = [_PublishedCheckpoint(os.fspath(p)) for p in checkpoints]
-        self.jobs = max(1, int(jobs))
+        self.jobs = resolve_jobs(jobs)
         self.states = {
             name: _State(name)
             for name in (
@@ -501,9 +505,7 @@ class _Run:
         total = self._event_count(con)
         pool: ProcessPoolExecutor | None = None
         if self.jobs > 1 and total >= _MIN_PARALLEL_EVENTS:
-            pool = ProcessPoolExecutor(
-                max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn")
-            )
+            pool = worker_pool(self.jobs)
         try:
             futures = self._stream(con, sizes, pool, total)
             for future in futures:
@@ -1042,7 +1044,7 @@ class _Stream:
         # (revocation)
         self.authorized: dict[tuple[str, str], Ed25519PublicKey] = {}
         self.futures: list[Future[list[tuple[int, str]]]] = []
-        self.chunk = max(256, min(8192, total // (run.jobs * 8) + 1))
+        self.chunk = max(_MIN_CHUNK, min(_MAX_CHUNK, total // (run.jobs * 8) + 1))
         self.chunk_lo: int | None = None
         self.chunk_n = 0
         self.overrides: dict[int, str | None] = {}

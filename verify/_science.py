@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from verify._blas import one_blas_thread
+from verify._pool import ChildError, forked
 from verify._privacy import Withheld
 from verify._reader.files import ArchiveFiles
 from verify._reader.names import line_where
@@ -96,6 +97,7 @@ def science_checks(
     files: ArchiveFiles | None = None,
     unkept: int | None = None,
     plan: Any = None,
+    fork: bool = False,
 ) -> list[Check]:
     """Run the ``rescore`` and ``reanalysis`` checks on an exported archive directory.
 
@@ -110,6 +112,10 @@ def science_checks(
 
     The checks run on one BLAS thread (:func:`verify._blas.one_blas_thread`) and remember
     each REML maximum they find (:func:`verify._reml.remembered_maxima`) until they return.
+    With ``fork`` (the verifier has a second CPU) ``rescore`` runs in a forked child process
+    (:func:`verify._pool.forked`) beside ``reanalysis`` here, which hashes its rebuilt tables
+    in another (:func:`verify._recompute.reanalysis._forked_rest`): they read the same loaded
+    archive and share nothing they write, so the checks are the same either way.
     """
     loaded: _Archive | None = None
     error: _Problem | None = None
@@ -117,11 +123,22 @@ def science_checks(
         loaded = _load(Path(archive), envelopes, files, unkept)
     except _Problem as exc:
         error = exc
+    if loaded is not None:
+        loaded.fork = fork
     with one_blas_thread(), remembered_maxima():
-        checks = [
-            _run("rescore", loaded, error, _rescore),
-            _run("reanalysis", loaded, error, _reanalysis),
-        ]
+        if fork:
+            rescored = forked(lambda: _run("rescore", loaded, error, _rescore), "rescore")
+            reanalysed = _run("reanalysis", loaded, error, _reanalysis)
+            try:
+                first = rescored()
+            except ChildError as exc:  # fail closed
+                first = Check("rescore", Status.FAIL, f"rescore could not run: {exc}.")
+            checks = [first, reanalysed]
+        else:
+            checks = [
+                _run("rescore", loaded, error, _rescore),
+                _run("reanalysis", loaded, error, _reanalysis),
+            ]
         if (
             plan is not None
             and loaded is not None

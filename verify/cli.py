@@ -120,7 +120,14 @@ def _witness_key(ctx: click.Context, param: click.Parameter, values: tuple[str, 
     "(repeatable; docs/inspect.md).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("--jobs", type=click.IntRange(min=1), default=1, help="Processes for signatures.")
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Processes (0: one per CPU this process may use; 1: this one alone): signatures "
+    "and file hashes in workers, the archive checks and re-scoring beside the re-analysis.",
+)
 @click.option(
     "--annex",
     type=click.Path(dir_okay=False, path_type=Path),

@@ -58,6 +58,7 @@ from verify._archive.timestamps import check_timestamps
 from verify._archive.view import Archive
 from verify._archive.witnesses import check_witnesses
 from verify._canonical import canonical_json
+from verify._pool import ChildError, forked
 from verify._privacy import (
     AnnexError,
     Privacy,
@@ -140,7 +141,12 @@ def _science(run: ArchiveRun) -> list[Check]:
         )
         return [Check("rescore", Status.FAIL, reason), Check("reanalysis", Status.FAIL, reason)]
     checks = science_checks(
-        run.files.root, envelopes=run.envs, files=run.files, unkept=run.unkept, plan=plan_check
+        run.files.root,
+        envelopes=run.envs,
+        files=run.files,
+        unkept=run.unkept,
+        plan=plan_check,
+        fork=run.jobs > 1,
     )
     return list(checks)
 
@@ -285,6 +291,24 @@ def _archive_checks(
         report.checks.append(run._archive_check(check))
 
 
+def _archive_part(
+    run: ArchiveRun, archive: Archive, privacy: Privacy | None
+) -> tuple[list[Check], dict[str, float]]:
+    """The archive checks, then ``witnesses`` and ``timestamps``: their checks and timings."""
+    part = Report(path=run.path)
+    _archive_checks(run, archive, part, privacy)
+    t0 = time.perf_counter()
+    for check_name, optional in (
+        ("witnesses", check_witnesses),
+        ("timestamps", check_timestamps),
+    ):
+        found = _optional_check(check_name, optional, archive, privacy)
+        if found is not None:
+            part.checks.append(found)
+    part.timings["witnesses"] = time.perf_counter() - t0
+    return part.checks, part.timings
+
+
 def _optional_check(
     name: str,
     func: Callable[[Archive], Check | None],
@@ -337,19 +361,25 @@ def _verify(name: str, kwargs: dict[str, Any], restored: frozenset[str] = frozen
         archive.witness_quorum = quorum
         archive.witness_skew = skew
         archive.tsa_roots = tsa_roots
-        _archive_checks(run, archive, report, privacy)
-        t0 = time.perf_counter()
-        for check_name, optional in (
-            ("witnesses", check_witnesses),
-            ("timestamps", check_timestamps),
-        ):
-            found = _optional_check(check_name, optional, archive, privacy)
-            if found is not None:
-                report.checks.append(found)
-        report.timings["witnesses"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        _science_checks(run, report, privacy)
-        report.timings["science"] = time.perf_counter() - t0
+        if run.jobs > 1:  # the archive checks in a forked child, beside the science here
+            archive_part = forked(lambda: _archive_part(run, archive, privacy), "the archive")
+            science = Report(path=report.path)
+            t0 = time.perf_counter()
+            _science_checks(run, science, privacy)
+            report.timings["science"] = time.perf_counter() - t0
+            try:
+                checks, timings = archive_part()
+            except ChildError as exc:  # fail closed
+                checks, timings = [Check("layout", Status.FAIL, f"{exc}")], {}
+            report.checks += checks + science.checks
+            report.timings.update(timings)
+        else:
+            checks, timings = _archive_part(run, archive, privacy)
+            report.checks += checks
+            report.timings.update(timings)
+            t0 = time.perf_counter()
+            _science_checks(run, report, privacy)
+            report.timings["science"] = time.perf_counter() - t0
         if privacy is not None:
             report.checks.append(privacy_check(privacy))
         return report

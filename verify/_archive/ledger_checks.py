@@ -12,13 +12,14 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from verify._errors import CheckpointFormatError, NoteError
 from verify._ledgerfile import RECOMPUTED, SKIMMED, _Run
 from verify._note import Checkpoint, parse_checkpoint, parse_note
+from verify._pool import worker_pool
 from verify._reader.columns import EventColumns
 from verify._reader.events import EventReader
 from verify._reader.files import ArchiveFileError, ArchiveFiles, show
@@ -30,6 +31,10 @@ __all__ = ["ArchiveRun", "FileCheckpoint"]
 _CHECKPOINT_NAME = re.compile(r"^([0-9]{8})\.txt$")
 _CHECKPOINTS = "ledger/checkpoints/"
 _KEYS = "ledger/keys/"
+
+
+def _nothing() -> None:
+    """Nothing left to record."""
 
 
 class FileCheckpoint:
@@ -93,6 +98,9 @@ class ArchiveRun(_Run):
         self.restored = False  # a public archive completed by its annex (docs/privacy.md)
         self.withheld_missing = 0  # referenced blobs a public archive withholds (not present)
         self.promised: list[tuple[int, int, str]] = []  # (size, seq, what) the protocol promises
+        self.pool: ProcessPoolExecutor | None = None  # jobs > 1 on a log large enough
+        self.total = 0  # lines of ledger/events.jsonl, counted when a pool may be used
+        self.finish_hashes: Callable[[], None] = _nothing  # records the workers' file hashes
 
     # ------------------------------------------------------------------ sources
 
@@ -141,6 +149,14 @@ class ArchiveRun(_Run):
 
     def run(self) -> Report:
         report = Report(path=self.path)
+        try:
+            return self._run(report)
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(wait=True, cancel_futures=True)
+                self.pool = None
+
+    def _run(self, report: Report) -> Report:
         st_file = self.states["file"]
         problem = self._walk_and_hash()
         if problem is not None:
@@ -150,30 +166,19 @@ class ArchiveRun(_Run):
         self.stored = self._read_checkpoints()
         sizes = {s.cp.size for s in self.stored if s.cp is not None}
         sizes.update(p.cp.size for p in self.published if p.cp is not None)
-        pool: ProcessPoolExecutor | None = None
-        from verify import _ledgerfile
-
-        total = self._count_lines() if self.jobs > 1 else 0
-
-        if self.jobs > 1 and total >= _ledgerfile._MIN_PARALLEL_EVENTS:
-            import multiprocessing
-
-            pool = ProcessPoolExecutor(
-                max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn")
-            )
         t0 = time.perf_counter()
         try:
-            futures = self._stream(None, sizes, pool, total)
+            futures = self._stream(None, sizes, self.pool, self.total)
             for future in futures:
                 self.crypto_failures.extend(future.result())
         except ArchiveFileError as exc:
             st_file.fail(f"{exc}: not an archive", where=EVENTS)
             report.checks = [st_file.check("")]
             return report
-        finally:
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
         stream_time = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        self.finish_hashes()  # the files the workers hashed meanwhile
+        self.hash_time += time.perf_counter() - t0
         final_root = self.roots.get(self.size, hashlib.sha256(b"").digest())
         report.size = self.size
         report.root = final_root.hex()
@@ -196,7 +201,13 @@ class ArchiveRun(_Run):
         return report
 
     def _walk_and_hash(self) -> tuple[str, str] | None:
-        """Walk and hash the archive's files; (why it is not an archive, where) if it is not."""
+        """Walk the archive and hash its files; (why it is not an archive, where) if it is not.
+
+        With ``jobs > 1`` and a log of at least ``_MIN_PARALLEL_EVENTS`` lines, the worker
+        pool starts here: ``ledger/events.jsonl`` is hashed in this process, every other file
+        by the workers while this process streams the events (:attr:`finish_hashes` records
+        their digests).
+        """
         files = self.files
         t0 = time.perf_counter()
         files.walk()
@@ -205,7 +216,16 @@ class ArchiveRun(_Run):
             return f"{reason}: not verified", show(where)
         if EVENTS not in files.files:
             return f"{self.path}: {EVENTS} {files.describe(EVENTS)}: not an archive", EVENTS
-        files.hash_all()
+        from verify import _ledgerfile
+
+        if self.jobs > 1 and files.complete:
+            try:
+                self.total = self._count_lines()
+            except (ArchiveFileError, OSError):
+                self.total = 0  # the hash below says why it cannot be read
+            if self.total >= _ledgerfile._MIN_PARALLEL_EVENTS:
+                self.pool = worker_pool(self.jobs)
+        self.finish_hashes = files.hash_all(self.pool, now=(EVENTS,))
         self.hash_time += time.perf_counter() - t0
         if EVENTS in files.unhashed:
             return f"{EVENTS} {files.unhashed[EVENTS]}: not an archive", EVENTS

@@ -19,7 +19,8 @@ import hashlib
 import os
 import stat
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
+from concurrent.futures import Executor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -96,6 +97,62 @@ def show(name: str) -> str:
         ch if ch.isprintable() and unicodedata.category(ch) != "Cc" else ascii(ch)[1:-1]
         for ch in raw
     )
+
+
+HASH_CHUNK_BYTES = 32 << 20
+"""Bytes of files a worker hashes per task (a task holds at least one file)."""
+_HASH_CHUNK_FILES = 2048
+
+
+def _chunks(
+    tasks: list[tuple[str, int, tuple[int, int], int]],
+) -> Iterator[list[tuple[str, int, tuple[int, int], int]]]:
+    """``tasks`` cut in order into chunks of about :data:`HASH_CHUNK_BYTES` bytes."""
+    chunk: list[tuple[str, int, tuple[int, int], int]] = []
+    size = 0
+    for task in tasks:
+        chunk.append(task)
+        size += task[3]
+        if size >= HASH_CHUNK_BYTES or len(chunk) >= _HASH_CHUNK_FILES:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+def _hash_files(
+    root: str, tasks: list[tuple[str, int, tuple[int, int], int]]
+) -> list[tuple[str, str | None, str | None]]:
+    """``(rel, SHA-256 hex or None, why not or None)`` of each task's file, in order.
+
+    Run inline or by a worker process (:meth:`ArchiveFiles.hash_all`): each file is opened as
+    :meth:`ArchiveFiles.open` opens it (a regular file, within its limit, the one listed).
+    """
+    out: list[tuple[str, str | None, str | None]] = []
+    for rel, cap, identity, _size in tasks:
+        path = os.path.join(root, *rel.split("/"))
+        try:
+            fh = open_regular(path, cap, identity=identity)
+        except UnsafeFileError as exc:
+            out.append((rel, None, str(exc)))
+            continue
+        except OSError as exc:
+            out.append((rel, None, f"cannot be read ({exc.strerror or exc})"))
+            continue
+        try:
+            with fh:
+                h = hashlib.sha256()
+                for block in iter(lambda fh=fh: fh.read(1 << 20), b""):  # type: ignore[misc]
+                    h.update(block)
+        except OSError as exc:
+            out.append((rel, None, f"cannot be read ({exc.strerror or exc})"))
+            continue
+        out.append((rel, h.hexdigest(), None))
+    return out
+
+
+def _nothing() -> None:
+    """The finish of a hash that has nothing left to record."""
 
 
 class ArchiveFileError(Exception):
@@ -234,23 +291,47 @@ class ArchiveFiles:
             return
         self.complete = True
 
-    def hash_all(self) -> None:
-        """Hash every listed regular file within its limit, once, in 1 MiB blocks."""
+    def hash_all(
+        self, pool: Executor | None = None, *, now: Collection[str] = ()
+    ) -> Callable[[], None]:
+        """Hash every listed regular file within its limit, once, in 1 MiB blocks.
+
+        Without ``pool`` every file is hashed here and now. With ``pool`` the files in ``now``
+        are hashed here and now and the others by the pool's workers in chunks of about
+        :data:`HASH_CHUNK_BYTES`, recorded (same digests, same reasons for a file not hashed)
+        when the function returned is called; the caller calls it before anything reads
+        :attr:`hashes` or :attr:`unhashed` for those files.
+        """
         if not self.complete:
             for rel in self.files:
                 self.unhashed[rel] = "was not read (the walk stopped at a limit)"
-            return
-        for rel in sorted(self.files):
-            try:
-                with self.open(rel) as fh:
-                    h = hashlib.sha256()
-                    for block in iter(lambda fh=fh: fh.read(1 << 20), b""):  # type: ignore[misc]
-                        h.update(block)
-                self.hashes[rel] = h.hexdigest()
-            except ArchiveFileError as exc:
-                self.unhashed[rel] = str(exc).removeprefix(f"{show(rel)} ")
-            except OSError as exc:
-                self.unhashed[rel] = f"cannot be read ({exc.strerror or exc})"
+            return _nothing
+        tasks = [self._hash_task(rel) for rel in sorted(self.files)]
+        if pool is None:
+            self._record_hashes(_hash_files(self.root, tasks))
+            return _nothing
+        self._record_hashes(_hash_files(self.root, [t for t in tasks if t[0] in now]))
+        rest = [t for t in tasks if t[0] not in now]
+        futures = [pool.submit(_hash_files, self.root, chunk) for chunk in _chunks(rest)]
+
+        def finish() -> None:
+            while futures:
+                self._record_hashes(futures.pop(0).result())
+
+        return finish
+
+    def _record_hashes(self, results: list[tuple[str, str | None, str | None]]) -> None:
+        for rel, digest, why in results:
+            if digest is not None:
+                self.hashes[rel] = digest
+            else:
+                assert why is not None
+                self.unhashed[rel] = why
+
+    def _hash_task(self, rel: str) -> tuple[str, int, tuple[int, int], int]:
+        """``(rel, limit, identity, size)`` of a listed file: what a worker needs to hash it."""
+        entry = self.files[rel]
+        return rel, limit_for(rel), entry.identity, entry.size
 
     # ------------------------------------------------------------------------------ read
 

@@ -101,6 +101,7 @@ class _Archive:
     columns: EventColumns
     by_seq: _BySeq = field(init=False)
     current: _Event | None = None  # the event being read (named if a check stops on it)
+    fork: bool = False  # a second CPU: reanalysis hashes its tables in a forked child
 
     def __post_init__(self) -> None:
         self.by_seq = _BySeq(self.columns)

@@ -15,6 +15,7 @@ from typing import Any
 from verify import _copies, _ddx, _sealed
 from verify import _statistics as registry
 from verify._envelope import is_hex64
+from verify._pool import ChildError, forked
 from verify._privacy import Withheld
 from verify._reader.files import MAX_PARSED_BYTES, ArchiveFileError
 from verify._recompute.agreement import _judge_agreement
@@ -356,19 +357,81 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
     ds = _dataset(archive, plan)
     csvs = _csvs(ds)
     first = archive.at(results[0])
+    if archive.fork:
+        return _forked_rest(archive, plan, protocol, ds, csvs, results)
     addresses, failed = _blob_addresses(archive, first, csvs)
     if failed is not None:
         return failed, []
-    inputs = {
+    inputs = _inputs(ds, addresses, protocol)
+    failed = _inputs_problem(archive, results, inputs)
+    if failed is not None:
+        return failed, []
+    recomputed, copies = _all_results(archive, plan, ds, results)
+    return _finish(archive, plan, ds, inputs, results, recomputed, copies)
+
+
+def _forked_rest(
+    archive: _Archive,
+    plan: dict[str, Any],
+    protocol: _Event | None,
+    ds: Any,
+    csvs: dict[str, _Table],
+    results: list[_Event],
+) -> tuple[Check, list[str]]:
+    """The rest of :func:`_reanalysis` with the tables hashed in a forked child (issue 41).
+
+    The child hashes the rebuilt ``trials.csv`` and ``items.csv`` while this process
+    recomputes every result; the outcome is then decided in the serial order: a table's
+    FAIL, then the inputs', then whatever stopped the recomputation (raised again with the
+    event it was reading), then the comparisons. A child that raised or died is replaced by
+    the same hashing here, so its exception is the serial one.
+    """
+    first = results[0]
+    addressed = forked(lambda: _blob_addresses(archive, first, csvs), "the rebuilt tables")
+    archive.current = results[-1]  # where the serial path's _inputs_problem leaves it
+    stopped: BaseException | None = None
+    stopped_at: _Event | None = None
+    try:
+        recomputed, copies = _all_results(archive, plan, ds, results)
+    except (Exception, Withheld) as exc:  # decided below, after the tables, as serially
+        stopped, stopped_at = exc, archive.current
+    try:
+        addresses, failed = addressed()
+    except ChildError:
+        archive.current = first
+        addresses, failed = _blob_addresses(archive, first, csvs)
+    if failed is not None:
+        return failed, []
+    inputs = _inputs(ds, addresses, protocol)
+    failed = _inputs_problem(archive, results, inputs)
+    if failed is not None:
+        return failed, []
+    if stopped is not None:
+        archive.current = stopped_at
+        raise stopped
+    return _finish(archive, plan, ds, inputs, results, recomputed, copies)
+
+
+def _inputs(ds: Any, addresses: dict[str, str], protocol: _Event | None) -> dict[str, Any]:
+    """The ``inputs`` every analysis.result must record (docs/analysis.md §3)."""
+    return {
         "scores_sha256": ds.scores_sha256,
         "trials_csv_sha256": addresses["trials_csv"],
         "items_csv_sha256": addresses["items_csv"],
         "protocol_seq": protocol.seq if protocol else None,
     }
-    failed = _inputs_problem(archive, results, inputs)
-    if failed is not None:
-        return failed, []
-    recomputed, copies = _all_results(archive, plan, ds, results)
+
+
+def _finish(
+    archive: _Archive,
+    plan: dict[str, Any],
+    ds: Any,
+    inputs: dict[str, Any],
+    results: list[_Event],
+    recomputed: Any,
+    copies: Any,
+) -> tuple[Check, list[str]]:
+    """The comparisons after the recomputation: the check and the ids only WARNed."""
     failed = (
         _compared(archive, plan, results, recomputed)
         or _results_json_problem(archive, results)
