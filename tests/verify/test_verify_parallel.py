@@ -135,10 +135,14 @@ def _changed_trials_csv(archive: Path) -> tuple[str, ...]:
 
 
 @pytest.mark.parametrize("tamper", [_changed_response, _changed_trials_csv])
-def test_forked_checks_give_the_serial_report_with_the_science(tmp_path: Path, tamper: Any) -> None:
+def test_forked_checks_give_the_serial_report_with_the_science(
+    tmp_path: Path, tamper: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With jobs > 1 the archive checks, ``rescore`` and the hashing of the rebuilt tables
-    run in forked children beside ``reanalysis``: a changed response or dataset table fails
-    the same checks in the same words, first failures included."""
+    run in forked children beside ``reanalysis`` (forced for this small log): a changed
+    response or dataset table fails the same checks in the same words, first failures
+    included."""
+    monkeypatch.setattr(verify._ledgerfile, "_MIN_PARALLEL_EVENTS", 0)
     archive = tmp_path / "archive"
     shutil.copytree(GOLDEN, archive)
     failing = tamper(archive)
@@ -166,3 +170,19 @@ def test_a_forked_child_that_fails_is_named() -> None:
         forked(boom, "the thing")()
     with pytest.raises(ChildError, match="checking the other exited with status 3 before"):
         forked(vanish, "the other")()
+
+
+def test_a_small_archive_is_verified_in_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below the pool's threshold (the golden archive: 474 lines) ``jobs=2`` forks no child:
+    the forks would cost more than they save (and the test suite verifies hundreds)."""
+    import verify._archive
+    import verify._science
+
+    def refuse(fn: Any, what: str) -> Any:
+        raise AssertionError(f"forked {what} for a small archive")
+
+    monkeypatch.setattr(verify._archive, "forked", refuse)
+    monkeypatch.setattr(verify._science, "forked", refuse)
+    with science_skipped():
+        report = verify_archive(GOLDEN, jobs=2)
+    assert report.ok, report

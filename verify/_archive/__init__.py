@@ -146,7 +146,7 @@ def _science(run: ArchiveRun) -> list[Check]:
         files=run.files,
         unkept=run.unkept,
         plan=plan_check,
-        fork=run.jobs > 1,
+        fork=run.parallel,
     )
     return list(checks)
 
@@ -361,7 +361,7 @@ def _verify(name: str, kwargs: dict[str, Any], restored: frozenset[str] = frozen
         archive.witness_quorum = quorum
         archive.witness_skew = skew
         archive.tsa_roots = tsa_roots
-        if run.jobs > 1:  # the archive checks in a forked child, beside the science here
+        if run.parallel:  # the archive checks in a forked child, beside the science here
             archive_part = forked(lambda: _archive_part(run, archive, privacy), "the archive")
             science = Report(path=report.path)
             t0 = time.perf_counter()

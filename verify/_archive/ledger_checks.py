@@ -102,6 +102,18 @@ class ArchiveRun(_Run):
         self.total = 0  # lines of ledger/events.jsonl, counted when a pool may be used
         self.finish_hashes: Callable[[], None] = _nothing  # records the workers' file hashes
 
+    @property
+    def parallel(self) -> bool:
+        """Whether the checks are split over forked processes.
+
+        ``jobs > 1`` and a log of at least ``_MIN_PARALLEL_EVENTS`` lines (the pool's own
+        threshold); a smaller archive is verified in one process, where its forks would cost
+        more than they save.
+        """
+        from verify import _ledgerfile
+
+        return self.jobs > 1 and self.total >= _ledgerfile._MIN_PARALLEL_EVENTS
+
     # ------------------------------------------------------------------ sources
 
     def _event_rows(self, con: object) -> Iterator[tuple[Any, ...]]:
