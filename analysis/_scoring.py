@@ -177,9 +177,9 @@ def score_study(root: str | Path, key: SigningKey, *, workers: int | None = None
         unjudged = 0
         todo = [r for r in seen.responded if r[0] not in scored]
         if judges is None and ddx_work is None:  # the study's own parser, one response each
-            scorer = _Responses(str(root), log, key, study, codes, private)
-            scorer.score_with = _Scorer(config, truth, varied)
-            count = scorer.score(todo, requests, scored, by_status, workers)
+            scorer = _Scorer(config, truth, varied)
+            responses = _Responses(str(root), log, key, study, codes, private, scorer)
+            count = responses.score(todo, requests, scored, by_status, workers)
             todo = []
         for seq, request_seq, _blob, _format in todo:
             trial_id, arm, stimulus, _variant = requests[request_seq]
@@ -336,11 +336,11 @@ class _Responses:
         study: Study,
         codes: dict[str, str],
         private: bool,
+        scorer: _Scorer,
     ) -> None:
-        """The study's ledger (open), the scorer's key, the arm codes and the privacy flag."""
+        """The open ledger, the signing key, the arm codes, the privacy flag and the scorer."""
         self.root, self.log, self.key, self.study = root, log, key, study
-        self.codes, self.private = codes, private
-        self.score_with: _Scorer | None = None
+        self.codes, self.private, self.score_with = codes, private, scorer
 
     def score(
         self,
@@ -356,7 +356,6 @@ class _Responses:
             workers = _default_workers(len(todo))
         if workers < 0:
             raise ValueError(f"workers must be 0 or more, not {workers}")
-        assert self.score_with is not None
         batches = self._batches(todo, requests)
         if workers == 0:
             for part, tasks in batches:
@@ -408,7 +407,6 @@ class _Responses:
         by_status: dict[str, int],
     ) -> None:
         """The ``trial.scored`` events of one batch, appended in one signed transaction."""
-        assert self.score_with is not None
         parser, codes, private = self.study.parser, self.codes, self.private
         specs: list[EventSpec] = []
         for (seq, request_seq, _blob, _format), (rec, digest) in zip(part, records, strict=True):
