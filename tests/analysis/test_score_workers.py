@@ -115,3 +115,37 @@ def test_the_default_uses_workers_only_for_many_responses() -> None:
     assert many in (0, os.cpu_count() or 1)
     if (os.cpu_count() or 1) >= 2:
         assert many == os.cpu_count()
+
+
+def test_workers_write_a_variant_study_s_order_as_one_process_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Option permutations (``variant`` and ``order`` in each body) through ``--workers``."""
+    from click.testing import CliRunner
+    from helpers import fixed_key
+
+    from ledger.cli import main
+    from tests.runner.test_variants import write_study
+
+    monkeypatch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
+    key = tmp_path / "owner.key"
+    fixed_key("variant-pilot/owner").save(key)
+    root = write_study(tmp_path / "built")
+    for step in (("lock", root), ("run", root, "--backend", "simulated")):
+        result = CliRunner().invoke(main, [*map(str, step), "--key", str(key)])
+        assert result.exit_code == 0, (step, result.output)
+    monkeypatch.setenv("PROMPT_LEDGER_FIXED_CLOCK", FIXED)
+    monkeypatch.setattr(scoring, "BATCH", 8)
+    copies = {}
+    for workers in ("0", "2"):
+        copies[workers] = copy = tmp_path / f"workers-{workers}"
+        shutil.copytree(root, copy)
+        args = ["score", str(copy), "--key", str(key), "--workers", workers]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+    events, blobs = _rows(copies["0"])
+    assert (events, blobs) == _rows(copies["2"])
+    with Ledger.open(copies["2"] / "ledger.db", readonly=True) as log:
+        bodies = [e.body for e in log.events("trial.scored")]
+    assert len(bodies) > 8 and any("order" in b for b in bodies)
+    assert all("variant" in b for b in bodies if "order" in b)
