@@ -244,7 +244,14 @@ def posthoc(
 @click.command(cls=Command)
 @click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
-def score(study_dir: Path, key_file: str | None) -> None:
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Processes that parse the responses while this one signs (default: one per core "
+    "from 8,000 responses; 0: none). The events are the same bytes either way.",
+)
+def score(study_dir: Path, key_file: str | None, workers: int | None) -> None:
     """Score every recorded response blind to its arm; seal once every trial is final.
 
     The scorer sees the response, the stimulus and an arm code, never the arm. When no trial
@@ -254,10 +261,11 @@ def score(study_dir: Path, key_file: str | None) -> None:
     \b
     Example:
       ledger score my-study
+      ledger score my-study --workers 0
     """
     from analysis._scoring import score_study
 
-    result = score_study(study_dir, study_key(study_dir, key_file))
+    result = score_study(study_dir, study_key(study_dir, key_file), workers=workers)
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(result.by_status.items())) or "none new"
     click.echo(f"scored {result.scored} responses ({statuses}); {result.already} scored before")
     if result.sealed_seq is not None:

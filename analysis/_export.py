@@ -315,14 +315,15 @@ class _Writer:
         """The CSV file ``rel`` with ``header``, written row by row; close it when done."""
         return _CsvSink(self.open(rel), header)
 
-    def blob(self, digest: str, read: Any, seq: int) -> None:
-        """``blobs/<digest>`` with the stored bytes ``read()`` gives, once however often named.
+    def blob(self, digest: str, pieces: Callable[[], Iterable[bytes]], seq: int) -> None:
+        """``blobs/<digest>`` with the stored bytes ``pieces()`` gives, once however often named.
 
-        The bytes must hash to ``digest`` (the store's own promise, checked as they pass).
+        The bytes are written and hashed piece by piece (a large blob is never held whole) and
+        must hash to ``digest`` (the store's own promise, checked as they pass).
         """
         if digest in self._withheld_blobs:
             if digest not in self.withheld.blobs:
-                self.withheld.blobs[digest] = read()
+                self.withheld.blobs[digest] = b"".join(pieces())
             return
         try:
             fd = os.open(f"{self._blob_dir}/{digest}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -331,24 +332,28 @@ class _Writer:
         except OSError as exc:
             self.guard(partial(_raise, exc))
             raise
+        size = 0
         try:
-            data = read()
-            found = hashlib.sha256(data).hexdigest()
+            hashed = hashlib.sha256()
+            for data in pieces():
+                hashed.update(data)
+                size += len(data)
+                view = memoryview(data)
+                while view:
+                    view = view[self.guard(os.write, fd, view) :]
+            found = hashed.hexdigest()
             if found != digest:
                 raise StudyError(
                     f"blob {digest} (named by event seq {seq}): its stored bytes hash to "
                     f"{found}; the store is damaged"
                 )
-            view = memoryview(data)
-            while view:
-                view = view[self.guard(os.write, fd, view) :]
             if self._sync_each:
                 self.guard(os.fsync, fd)
         finally:
             os.close(fd)
         self._blobs += bytes.fromhex(digest)
         self.files += 1
-        self.bytes += len(data)
+        self.bytes += size
 
     def blob_names(self) -> Iterator[str]:
         """The written blobs' names, sorted (from 32 bytes each, never a list of them all)."""
@@ -661,8 +666,11 @@ def _analysis_files(
         raise StudyError(f"{root}: nothing to export yet; run 'ledger analyze' first")
     first = next(iter(log.events("analysis.result")))
     w.put("analysis/results.json", _json_bytes(results))
-    w.put("analysis/trials.csv", log.blob(first.blobs["trials_csv"]))
-    w.put("analysis/items.csv", log.blob(first.blobs["items_csv"]))
+    for rel, name in (("analysis/trials.csv", "trials_csv"), ("analysis/items.csv", "items_csv")):
+        sink = w.open(rel)  # hundreds of megabytes at 10^5 trials: copied piece by piece
+        for piece in log.blob_chunks(first.blobs[name]):
+            sink.write(piece)
+        sink.close()
     verdicts = [
         (
             r["hypothesis"],
@@ -1304,7 +1312,7 @@ def export_study(
             for e in _events_in_pages(log, 0, size):
                 events.write(_event_line(e))
                 for digest in e.blobs.values():
-                    w.blob(digest, partial(log.stored_blob, digest), e.seq)
+                    w.blob(digest, partial(log.stored_blob_chunks, digest), e.seq)
                 fold.feed(e)
             fold.scores.close()
             _trial_files(w, log, fold)

@@ -16,10 +16,10 @@ checks the blinding secret against the commitment made at lock, and appends
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import rfc8785
 
@@ -143,8 +143,14 @@ def _arm_codes(study: Study) -> dict[str, str]:
     return {arm: arm_code(secret, arm) for arm in study.arms}
 
 
-def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
-    """Score every response not yet scored; seal once every trial has a final outcome."""
+def score_study(root: str | Path, key: SigningKey, *, workers: int | None = None) -> ScoreResult:
+    """Score every response not yet scored; seal once every trial has a final outcome.
+
+    ``workers`` is how many forked processes parse and score the responses while this one
+    signs and appends their ``trial.scored`` events in order (``docs/scoring.md`` §13): None
+    for one per core when there are at least :data:`POOL_MIN` responses to score (and the
+    system can fork), 0 to score in this process. The events are the same bytes either way.
+    """
     root = Path(root)
     study = check_integrity(root)
     truth = study_truth(study)
@@ -163,18 +169,20 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
         seen = _Seen()
         state = load_state(study, log, observe=seen.take)  # one pass over the log
         scored, requests = seen.scored, seen.requests
-        charts: dict[str, ChartTruth] = {}
         specs: list[EventSpec] = []
         by_status: dict[str, int] = {}
         count = 0
         judges = Judges(study, log) if study.parser.startswith("judge:") else None
         ddx_work = _step_work(study, log) if study.ddx is not None else None
         unjudged = 0
-        read = config.reader() if judges is None and ddx_work is None else None
         todo = [r for r in seen.responded if r[0] not in scored]
-        bodies: dict[str, bytes] = {}
-        for index, (seq, request_seq, response_blob, response_format) in enumerate(todo):
-            trial_id, arm, stimulus, variant = requests[request_seq]
+        if judges is None and ddx_work is None:  # the study's own parser, one response each
+            scorer = _Scorer(config, truth, varied)
+            responses = _Responses(str(root), log, key, study, codes, private, scorer)
+            count = responses.score(todo, requests, scored, by_status, workers)
+            todo = []
+        for seq, request_seq, _blob, _format in todo:
+            trial_id, arm, stimulus, _variant = requests[request_seq]
             if ddx_work is not None:  # docs/scoring.md §12: scored from the recorded steps
                 from analysis._ddx import score_trial
 
@@ -200,79 +208,34 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                 scored[seq] = found["scores_sha256"]
                 count += 1
                 continue
-            if judges is not None:
-                judged = judges.score(trial_id, truth[stimulus])
-                if judged is None:
-                    unjudged += 1  # a judge call still to make: score after the next run
-                    continue
-                result, record = judged
-                by_status[result.status] = by_status.get(result.status, 0) + 1
-                specs.append(
-                    EventSpec(
-                        "trial.scored",
-                        {
-                            "response_seq": seq,
-                            "arm_code": codes[arm],
-                            "stimulus": stimulus,
-                            "parser": study.parser,
-                            "status": result.status,
-                            "n_items": result.n_items,
-                            "n_answered": result.n_answered,
-                            "n_correct": result.n_correct,
-                            "scores_sha256": result.sha256,
-                            "problems": _problems(result.problems, private),
-                            "judge": record,
-                        },
-                        {"scores": result.items_bytes()},
-                    )
-                )
-                scored[seq] = result.sha256
-                count += 1
+            assert judges is not None  # a study scored by its parser was scored above
+            judged = judges.score(trial_id, truth[stimulus])
+            if judged is None:
+                unjudged += 1  # a judge call still to make: score after the next run
                 continue
-            if response_blob is None:
-                raise StudyError(f"{root}: trial.responded seq {seq} has no response blob")
-            assert read is not None  # the study's own parser (neither judges nor steps)
-            if response_blob not in bodies:  # the responses of the next batch, in few queries
-                bodies = log.read_blobs(r[2] for r in todo[index : index + BATCH] if r[2])
-            order: str | None = None
-            answer: list[Glyph] | ChartTruth | str
-            if variant is None:
-                answer = truth[stimulus]
-                if not isinstance(answer, str) and config.parser == "tumbling-e-json":
-                    chart = charts.get(stimulus)
-                    if chart is None:  # checked and prepared once per stimulus
-                        chart = charts[stimulus] = prepare_chart(answer)
-                    answer = chart
-            else:  # docs/variants.md §5: the varied item's (remapped) key
-                answer, order = varied[(stimulus, variant)]
-            # the scorer sees the response, its format and the stimulus's truth: the blind
-            # record of record_blind, without building a BlindTrial for each response
-            raw, fmt = unwrap_batch(bodies[response_blob], response_format)
-            rec = score_record(read(raw, fmt), config.parser, answer)
-            digest = rec.sha256
-            by_status[rec.status] = by_status.get(rec.status, 0) + 1
-            body: dict[str, Any] = {
-                "response_seq": seq,
-                "arm_code": codes[arm],
-                "stimulus": stimulus,
-            }
-            if variant is not None:
-                body["variant"] = variant
-            if order is not None:
-                body["order"] = order
-            body["parser"] = study.parser
-            body["status"] = rec.status
-            body["n_items"] = rec.n_items
-            body["n_answered"] = rec.n_answered
-            body["n_correct"] = rec.n_correct
-            body["scores_sha256"] = digest
-            body["problems"] = _problems(rec.problems, private)
-            specs.append(EventSpec("trial.scored", body, {"scores": rec.items_bytes}))
-            scored[seq] = digest
+            result, record = judged
+            by_status[result.status] = by_status.get(result.status, 0) + 1
+            specs.append(
+                EventSpec(
+                    "trial.scored",
+                    {
+                        "response_seq": seq,
+                        "arm_code": codes[arm],
+                        "stimulus": stimulus,
+                        "parser": study.parser,
+                        "status": result.status,
+                        "n_items": result.n_items,
+                        "n_answered": result.n_answered,
+                        "n_correct": result.n_correct,
+                        "scores_sha256": result.sha256,
+                        "problems": _problems(result.problems, private),
+                        "judge": record,
+                    },
+                    {"scores": result.items_bytes()},
+                )
+            )
+            scored[seq] = result.sha256
             count += 1
-            if len(specs) >= BATCH:
-                _note_digests(scored, log.append_many(specs, key=key))
-                specs = []
         if specs:
             _note_digests(scored, log.append_many(specs, key=key))
         pending = len(state.pending()) + unjudged
@@ -293,6 +256,200 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
             sealed_seq = seal.seq
             log.sign_checkpoint(key)
     return ScoreResult(count, len(scored) - count, by_status, sealed_seq, pending)
+
+
+POOL_MIN = 4 * BATCH
+"""Responses to score from which :func:`score_study` parses them in forked workers by default."""
+
+Task = tuple[bytes, str, str, "str | None"]
+"""What a worker is given of one response: (stored body, its format, stimulus, variant)."""
+
+
+class _Scorer:
+    """The blind scorer of one study: a response's body, format, stimulus and variant -> score.
+
+    Built once per study (the parser's settings checked once, each chart's truth prepared
+    once, on first use); called in this process or in a forked worker (:func:`_score_task`).
+    """
+
+    def __init__(
+        self,
+        config: ParserConfig,
+        truth: dict[str, Any],
+        varied: dict[tuple[str, str], tuple[str, str | None]],
+    ) -> None:
+        """The study's parser settings, its truth by stimulus and its varied keys."""
+        self.config, self.truth, self.varied = config, truth, varied
+        self.read = config.reader()
+        self.charts: dict[str, ChartTruth] = {}
+
+    def answer(self, stimulus: str, variant: str | None) -> tuple[Any, str | None]:
+        """The truth a response is scored against and the variant's option order (or None)."""
+        if variant is not None:  # docs/variants.md §5: the varied item's (remapped) key
+            answer, order = self.varied[(stimulus, variant)]
+            return answer, order
+        found = self.truth[stimulus]
+        if isinstance(found, str) or self.config.parser != "tumbling-e-json":
+            return found, None
+        chart = self.charts.get(stimulus)
+        if chart is None:  # checked and prepared once per stimulus
+            chart = self.charts[stimulus] = prepare_chart(found)
+        return chart, None
+
+    def __call__(self, task: Task) -> tuple[ScoreRecord, str]:
+        """The :class:`ScoreRecord` of one response and its ``scores_sha256``.
+
+        The scorer sees the response, its format and the stimulus's truth: the blind record of
+        :func:`record_blind`, without building a :class:`BlindTrial` for each response.
+        """
+        raw, fmt, stimulus, variant = task
+        answer, _order = self.answer(stimulus, variant)
+        raw, fmt = unwrap_batch(raw, fmt)
+        record = score_record(self.read(raw, fmt), self.config.parser, answer)
+        return record, record.sha256
+
+
+_FORKED: _Scorer | None = None
+"""The scorer a forked worker inherits (set by :meth:`_Responses.score` before the fork)."""
+
+
+def _score_tasks(tasks: list[Task]) -> list[tuple[ScoreRecord, str]]:
+    """In a forked worker: the inherited scorer's score of each task, in order."""
+    assert _FORKED is not None  # set before the pool forked
+    return [_FORKED(task) for task in tasks]
+
+
+class _Responses:
+    """Scores a study's responses with its parser and appends ``trial.scored`` in seq order.
+
+    The bodies are read :data:`BATCH` at a time. With workers, each batch is parsed and scored
+    by the forked pool (in slices, one per worker) while this process signs and appends the
+    batch before it; the events are built here, in order, from the workers' records, so their
+    bytes do not depend on how many workers there were.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        log: Ledger,
+        key: SigningKey,
+        study: Study,
+        codes: dict[str, str],
+        private: bool,
+        scorer: _Scorer,
+    ) -> None:
+        """The open ledger, the signing key, the arm codes, the privacy flag and the scorer."""
+        self.root, self.log, self.key, self.study = root, log, key, study
+        self.codes, self.private, self.score_with = codes, private, scorer
+
+    def score(
+        self,
+        todo: list[tuple[int, int, str | None, str]],
+        requests: dict[int, tuple[str, str, str, str | None]],
+        scored: dict[int, str],
+        by_status: dict[str, int],
+        workers: int | None,
+    ) -> int:
+        """Score every response of ``todo`` (as :class:`_Seen` lists them); how many were."""
+        global _FORKED
+        if workers is None:
+            workers = _default_workers(len(todo))
+        if workers < 0:
+            raise ValueError(f"workers must be 0 or more, not {workers}")
+        batches = self._batches(todo, requests)
+        if workers == 0:
+            for part, tasks in batches:
+                self._append(part, requests, list(map(self.score_with, tasks)), scored, by_status)
+            return len(todo)
+        import multiprocessing
+
+        _FORKED = self.score_with
+        try:
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                waiting: tuple[list[Any], Any] | None = None
+                for part, tasks in batches:
+                    step = -(-len(tasks) // workers)
+                    slices = [tasks[i : i + step] for i in range(0, len(tasks), step)]
+                    job = pool.map_async(_score_tasks, slices, chunksize=1)
+                    if waiting is not None:  # the batch before, signed while this one is parsed
+                        self._append(waiting[0], requests, _joined(waiting[1]), scored, by_status)
+                    waiting = (part, job)
+                if waiting is not None:
+                    self._append(waiting[0], requests, _joined(waiting[1]), scored, by_status)
+        finally:
+            _FORKED = None
+        return len(todo)
+
+    def _batches(
+        self,
+        todo: list[tuple[int, int, str | None, str]],
+        requests: dict[int, tuple[str, str, str, str | None]],
+    ) -> Iterator[tuple[list[tuple[int, int, str | None, str]], list[Task]]]:
+        """The responses :data:`BATCH` at a time, with their bodies read in few queries."""
+        for start in range(0, len(todo), BATCH):
+            part = todo[start : start + BATCH]
+            for seq, _request, blob, _format in part:
+                if blob is None:
+                    raise StudyError(f"{self.root}: trial.responded seq {seq} has no response blob")
+            bodies = self.log.read_blobs(r[2] for r in part if r[2])
+            tasks: list[Task] = []
+            for _seq, request_seq, blob, fmt in part:
+                _trial, _arm, stimulus, variant = requests[request_seq]
+                tasks.append((bodies[cast(str, blob)], fmt, stimulus, variant))
+            yield part, tasks
+
+    def _append(
+        self,
+        part: list[tuple[int, int, str | None, str]],
+        requests: dict[int, tuple[str, str, str, str | None]],
+        records: list[tuple[ScoreRecord, str]],
+        scored: dict[int, str],
+        by_status: dict[str, int],
+    ) -> None:
+        """The ``trial.scored`` events of one batch, appended in one signed transaction."""
+        parser, codes, private = self.study.parser, self.codes, self.private
+        specs: list[EventSpec] = []
+        for (seq, request_seq, _blob, _format), (rec, digest) in zip(part, records, strict=True):
+            _trial, arm, stimulus, variant = requests[request_seq]
+            by_status[rec.status] = by_status.get(rec.status, 0) + 1
+            body: dict[str, Any] = {
+                "response_seq": seq,
+                "arm_code": codes[arm],
+                "stimulus": stimulus,
+            }
+            if variant is not None:
+                body["variant"] = variant
+                order = self.score_with.varied[(stimulus, variant)][1]
+                if order is not None:
+                    body["order"] = order
+            body["parser"] = parser
+            body["status"] = rec.status
+            body["n_items"] = rec.n_items
+            body["n_answered"] = rec.n_answered
+            body["n_correct"] = rec.n_correct
+            body["scores_sha256"] = digest
+            body["problems"] = _problems(rec.problems, private)
+            specs.append(EventSpec("trial.scored", body, {"scores": rec.items_bytes}))
+            scored[seq] = digest
+        _note_digests(scored, self.log.append_many(specs, key=self.key))
+
+
+def _joined(job: Any) -> list[tuple[ScoreRecord, str]]:
+    """The records of a pool job of slices, in order."""
+    return [record for part in job.get() for record in part]
+
+
+def _default_workers(responses: int) -> int:
+    """One worker per core for :data:`POOL_MIN` responses or more where processes can fork."""
+    import multiprocessing
+    import os
+
+    cores = os.cpu_count() or 1
+    if responses < POOL_MIN or cores < 2:
+        return 0
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 0
+    return cores
 
 
 class _Seen:

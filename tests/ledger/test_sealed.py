@@ -13,7 +13,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from locations import REPO
 
-from ledger import FormatError, Ledger, SealPolicy, SigningKey, is_sealed, open_blob, seal
+from ledger import (
+    FormatError,
+    Ledger,
+    LedgerError,
+    SealPolicy,
+    SigningKey,
+    is_sealed,
+    open_blob,
+    seal,
+)
 from ledger import commitment as writer_commitment
 from verify import _sealed as reader
 
@@ -97,3 +106,33 @@ def test_policy_parsing() -> None:
     assert policy.roles == frozenset({"items"}) and policy.names("trial.scored", {}) == {"scores"}
     assert policy.names("artifact.locked", {"role": "items"}) == frozenset()  # not sealed
     assert not SealPolicy.from_protocol({}) and policy.seal_now("x.y", "z", b"a") == b"a"
+
+
+def test_blob_pieces_read_what_the_whole_reads_sealed_or_not(tmp_path: Path) -> None:
+    """``stored_blob_chunks`` / ``blob_chunks`` (export's copies, issue 41) piece by piece.
+
+    A blob larger than a piece is read with SQLite's incremental blob I/O: every piece but the
+    last is whole, and the pieces join to the stored bytes; the content's pieces leave a sealed
+    blob's header out, as :meth:`Ledger.blob` does.
+    """
+    key = SigningKey.generate("example.org/owner")
+    big = bytes(range(256)) * 77 + b"tail"  # 19,716 bytes: pieces of 4,096
+    with Ledger.create(tmp_path / "l.db", origin="example.org/l", key=key) as log:
+        event = log.append(
+            "step.requested",
+            {},
+            key=key,
+            blobs={"request": big, "sealed": seal(big), "small": b"{}"},
+        )
+        for name in ("request", "sealed", "small"):
+            digest = event.blobs[name]
+            stored = list(log.stored_blob_chunks(digest, 4096))
+            assert b"".join(stored) == log.stored_blob(digest), name
+            assert all(len(p) == 4096 for p in stored[:-1]) and 0 < len(stored[-1]) <= 4096
+            assert b"".join(log.blob_chunks(digest.upper(), 4096)) == log.blob(digest), name
+        assert len(list(log.stored_blob_chunks(event.blobs["request"], 4096))) == 5
+        assert b"".join(log.blob_chunks(event.blobs["sealed"], 4096)) == big
+        with pytest.raises(LedgerError, match="no blob 00"):
+            list(log.blob_chunks("00" * 32))
+        with pytest.raises(ValueError, match="at least 4096 bytes, not 100"):
+            list(log.stored_blob_chunks(event.blobs["small"], 100))

@@ -422,3 +422,23 @@ def test_bench_score_reports_score_parse_and_sign_per_trial(tmp_path: Path) -> N
     assert re.search(
         r"x of the target \(10,000 trials/s\); score [\d.]+x of parse \+ sign", result.stdout
     )
+    forked = subprocess.run(  # the same study (cached), parsed in two forked workers
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_score.py"),
+            "--trials",
+            "70",
+            "--rounds",
+            "1",
+            "--workers",
+            "2",
+            "--cache",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    row = re.search(r"^  \(\+ ([\d.]+) us in 2 workers\)", forked.stdout, re.M)
+    assert row is not None and float(row.group(1)) > 0, forked.stdout
