@@ -38,18 +38,16 @@ import json
 import random
 import re
 import shutil
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-from helpers import SCIENCE_CHECKS, science_skipped
+from helpers import SCIENCE_CHECKS, reanalysis_skipped, science_skipped
 
 from ledger import SigningKey, canonical_json
 from tests.verify.test_archive_tamper import read_events, resign
-from verify import Check, Report, Status, verify_archive
+from verify import Report, Status, verify_archive
 
 FAMILIES = ("mc", "text", "image", "factorial", "judge", "phases")
 MIXES = ("sim", "correct", "wrong", "unparseable", "coin", "holes")
@@ -1084,41 +1082,13 @@ TAMPERS: tuple[Tamper, ...] = (
 """The tamper table: name, the check that must FAIL, the forgery."""
 
 
-@contextmanager
-def reanalysis_skipped() -> Iterator[None]:
-    """Inside the block, archives verify without the ``reanalysis`` check (``rescore`` runs).
-
-    For a tamper that ``rescore`` owns: ``verify._science.science_checks`` runs ``rescore``
-    first and ``reanalysis`` after it, each on its own (``_run``; the re-analysis re-derives its
-    own dataset and reads nothing the re-scoring found), so ``rescore`` and every check before
-    the science checks come out the same without it, and a report that FAILs without it FAILs
-    with it. The re-analysis, every mixed model refitted, is most of a verification's CPU.
-    The check is left out of the report, never recorded as passed.
-    """
-    import verify._archive
-    import verify._science
-
-    real = verify._archive._science
-
-    def science(run: Any) -> list[Any]:
-        return [c for c in real(run) if c.name != "reanalysis"]
-
-    def not_run(archive: Any) -> Any:
-        return Check("reanalysis", Status.WARN, "not run (left out)")
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(verify._science, "_reanalysis", not_run)
-        mp.setattr(verify._archive, "_science", science)
-        yield
-
-
 def apply_tamper(tamper: Tamper, archive: Path, work: Path, key: SigningKey) -> str | None:
     """Forge a copy of ``archive`` and verify it: the owning check must FAIL naming the place.
 
     Returns None when the design has nothing for this tamper (no step calls, no verdict), else
     the check's reason. A tamper that a check other than ``rescore`` or ``reanalysis`` owns is
     verified without the science checks (``helpers.science_skipped``), one that ``rescore`` owns
-    without ``reanalysis`` (:func:`reanalysis_skipped`): nothing here reads them, and the honest
+    without ``reanalysis`` (``helpers.reanalysis_skipped``): nothing here reads them, and the honest
     archive was verified with them.
     """
     target = work / f"tamper-{tamper.name}"
@@ -1214,7 +1184,6 @@ __all__ = [
     "check_design",
     "generate",
     "owner_key",
-    "reanalysis_skipped",
     "run_design",
     "verify_honest",
     "write_study",
