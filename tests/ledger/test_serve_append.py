@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import plain_http
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -82,7 +83,7 @@ def _size(path: Path) -> int:
 
 
 def _head(url: str) -> dict[str, Any]:
-    data: dict[str, Any] = httpx.get(f"{url}/api/v1/head").json()
+    data: dict[str, Any] = plain_http.get(f"{url}/api/v1/head").json()
     return data
 
 
@@ -111,7 +112,7 @@ def _signed(
 
 
 def _post(url: str, payload: Any, **kw: Any) -> httpx.Response:
-    return httpx.post(f"{url}/api/v1/append", json=payload, **kw)
+    return plain_http.post(f"{url}/api/v1/append", json=payload, **kw)
 
 
 # ---------------------------------------------------------------------- the remote ledger
@@ -457,7 +458,7 @@ def _bad_cases(url: str) -> list[tuple[str, dict[str, Any], Any, int, str]]:
     digest = hashlib.sha256(blob).hexdigest()
     with_blob = _signed(RUNNER, "run.started", {"n": 1}, head, blobs={"raw": digest})
     cp = Checkpoint(ORIGIN, head["size"], b"\x01" * 32).sign([OWNER])
-    root1 = bytes.fromhex(httpx.get(f"{url}/api/v1/root?size=1").json()["root"])
+    root1 = bytes.fromhex(plain_http.get(f"{url}/api/v1/root?size=1").json()["root"])
     by_stranger = Checkpoint(ORIGIN, 1, root1).sign([STRANGER])
     return [
         (
@@ -572,7 +573,7 @@ def test_bad_input_gets_a_4xx_with_the_reason_nothing_appended_and_the_service_s
         answer = (
             _post(url, payload)
             if payload is not None
-            else httpx.post(f"{url}/api/v1/append", **kwargs)
+            else plain_http.post(f"{url}/api/v1/append", **kwargs)
         )
         assert answer.status_code == status, (name, answer.text)
         assert message in answer.json()["error"], (name, answer.json())
@@ -604,7 +605,9 @@ def test_bad_requests_name_the_reason(
         pass
     svc = AppendService(StoreRoot.parse(str(store)))
     with LocalTiles(None, service=svc) as server:
-        answer = httpx.request(method, server.url + path, json={} if method == "POST" else None)
+        answer = plain_http.request(
+            method, server.url + path, json={} if method == "POST" else None
+        )
         assert answer.status_code == status, answer.text
         assert message in answer.json()["error"]
 
@@ -618,7 +621,7 @@ def test_reads_of_envelopes_and_blobs_need_a_signature_of_a_registered_key(
     def read(key: SigningKey, skew: int = 0, target: str = path) -> httpx.Response:
         when = int(time.time()) + skew
         sig = base64.b64encode(key.sign(read_message("GET", target, when))).decode()
-        return httpx.get(
+        return plain_http.get(
             url.rsplit("/", 1)[0] + path, headers={READ_HEADER: f"{key.actor} {when} {sig}"}
         )
 
@@ -647,7 +650,7 @@ def test_no_read_path_without_a_key_names_a_trial(study: tuple[str, Path]) -> No
         )
         log.sign_checkpoint(OWNER)
     public = b"".join(
-        httpx.get(f"{url}/api/v1/{op}").content
+        plain_http.get(f"{url}/api/v1/{op}").content
         for op in (
             "head",
             "keys",
@@ -658,7 +661,7 @@ def test_no_read_path_without_a_key_names_a_trial(study: tuple[str, Path]) -> No
         )
     )
     assert b"cue-arm" not in public and b"prompt text" not in public
-    assert httpx.get(f"{url}/api/v1/events").status_code == 403
+    assert plain_http.get(f"{url}/api/v1/events").status_code == 403
 
 
 def test_cosignatures_are_added_to_a_stored_checkpoint(study: tuple[str, Path]) -> None:
@@ -748,7 +751,7 @@ def test_fuzzed_requests_get_4xx_append_nothing_and_the_service_keeps_serving(
 ) -> None:
     url, path = study
     before = _size(path)
-    answer = httpx.post(f"{url}/api/v1/{op}", json=payload)
+    answer = plain_http.post(f"{url}/api/v1/{op}", json=payload)
     assert 400 <= answer.status_code < 500, answer.text
     assert isinstance(answer.json()["error"], str)
     assert _size(path) == before and _head(url)["size"] == before

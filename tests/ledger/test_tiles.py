@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+import plain_http
 import pytest
 from click.testing import CliRunner
 from helpers import fixed_clock, fixed_key, science_skipped
@@ -238,10 +238,10 @@ def test_blinding_holds_over_http(world: dict[str, object]) -> None:
     """Before the reveal: every hash tile, but only the lock-time entries and their blobs."""
     point(world, Path(str(world["first"])))
     url = str(world["url"])
-    assert httpx.get(f"{url}/tile/0/000").status_code == 200
-    assert httpx.get(f"{url}/tile/0/001").status_code == 404  # not full yet
-    assert httpx.get(f"{url}/tile/0/001.p/47").status_code == 200  # size 303: 256 + 47
-    assert httpx.get(f"{url}/tile/entries/000").status_code == 404  # holds trial events
+    assert plain_http.get(f"{url}/tile/0/000").status_code == 200
+    assert plain_http.get(f"{url}/tile/0/001").status_code == 404  # not full yet
+    assert plain_http.get(f"{url}/tile/0/001.p/47").status_code == 200  # size 303: 256 + 47
+    assert plain_http.get(f"{url}/tile/entries/000").status_code == 404  # holds trial events
     first = Path(str(world["first"]))
     names = sorted(p.relative_to(first).as_posix() for p in first.rglob("*") if p.is_file())
     assert not any(n.startswith("tile/entries") for n in names)
@@ -255,14 +255,14 @@ def test_after_the_reveal_every_entry_and_blob_is_published(world: dict[str, obj
     second = Path(str(world["second"]))
     point(world, second)
     url = str(world["url"])
-    response = httpx.get(f"{url}/tile/entries/000", headers={"Accept-Encoding": "gzip"})
+    response = plain_http.get(f"{url}/tile/entries/000", headers={"Accept-Encoding": "gzip"})
     assert response.status_code == 200
     assert response.headers["cache-control"] == "public, max-age=31536000, immutable"
     entries = decode_bundle(response.content)
     assert len(entries) == 256 and json.loads(entries[3])["body"]["trial"] == "A|s0|1"
     digest = json.loads(entries[3])["blobs"]["request"]
-    assert httpx.get(f"{url}/blob/{digest}").content == b"prompt for arm A item 0"
-    checkpoint = httpx.get(f"{url}/checkpoint")
+    assert plain_http.get(f"{url}/blob/{digest}").content == b"prompt for arm A item 0"
+    checkpoint = plain_http.get(f"{url}/checkpoint")
     assert checkpoint.headers["content-type"] == "text/plain; charset=utf-8"
     assert checkpoint.headers["cache-control"] == "no-cache"
 
@@ -448,7 +448,7 @@ def served(world: dict[str, object]) -> Iterator[str]:
 def test_serve_answers_bad_paths_with_4xx(
     served: str, path: str, status: int, message: str
 ) -> None:
-    response = httpx.get(served + path)
+    response = plain_http.get(served + path)
     assert response.status_code == status, response.text
     assert message in response.text
     if response.status_code == 200 and "/tile/" in path:
@@ -456,9 +456,9 @@ def test_serve_answers_bad_paths_with_4xx(
 
 
 def test_serve_refuses_writes_and_keeps_serving(served: str) -> None:
-    assert httpx.post(served + "/study/checkpoint", content=b"x").status_code == 405
-    assert httpx.request("DELETE", served + "/study/tile/0/000").status_code == 405
-    assert httpx.get(served + "/study/checkpoint").status_code == 200
+    assert plain_http.post(served + "/study/checkpoint", content=b"x").status_code == 405
+    assert plain_http.request("DELETE", served + "/study/tile/0/000").status_code == 405
+    assert plain_http.get(served + "/study/checkpoint").status_code == 200
 
 
 @settings(
@@ -466,17 +466,17 @@ def test_serve_refuses_writes_and_keeps_serving(served: str) -> None:
 )
 @given(st.text(alphabet="tile/entriesx0123456789.p/%blob_-abcdef", max_size=60))
 def test_serve_fuzzed_paths_never_fail_the_service(served: str, path: str) -> None:
-    response = httpx.get(f"{served}/study/{path}")
+    response = plain_http.get(f"{served}/study/{path}")
     assert response.status_code in (200, 400, 404), (path, response.status_code)
-    assert httpx.get(served + "/study/checkpoint").status_code == 200
+    assert plain_http.get(served + "/study/checkpoint").status_code == 200
 
 
 @needs_nginx
 def test_nginx_answers_bad_paths_with_4xx_and_keeps_serving(world: dict[str, object]) -> None:
     url = str(world["url"])
     for path in ("/tile/0/../../../etc/passwd", "/tile/", "/%00", "/tile/0/" + "x" * 5000):
-        assert 400 <= httpx.get(url + path).status_code < 500
-    assert httpx.get(url + "/checkpoint").status_code == 200
+        assert 400 <= plain_http.get(url + path).status_code < 500
+    assert plain_http.get(url + "/checkpoint").status_code == 200
 
 
 def test_monitor_state_is_versioned(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
+import plain_http
 import pytest
 from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -119,7 +120,7 @@ def stop(proc: subprocess.Popen[str]) -> None:
 
 
 def post(url: str, body: bytes) -> httpx.Response:
-    return httpx.post(url + "/add-checkpoint", content=body, timeout=10)
+    return plain_http.post(url + "/add-checkpoint", content=body, timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -164,10 +165,10 @@ def test_a_ledgers_checkpoints_are_cosigned_in_sequence(
     assert abs(stamps[-1] - time.time()) < 60 and stamps == sorted(stamps)
     # tlog-witness [Monitor Retrieval Mechanism]: the latest, with the log's and our signatures
     origin_hash = hashlib.sha256(log.origin.encode()).hexdigest()
-    got = httpx.get(f"{url}/{origin_hash}/checkpoint", timeout=10)
+    got = plain_http.get(f"{url}/{origin_hash}/checkpoint", timeout=10)
     assert got.status_code == 200 and got.text.startswith(note)
     assert Checkpoint.from_text(got.text[: got.text.index("\n\n") + 1]).size == log.size
-    assert httpx.get(f"{url}/{'0' * 64}/checkpoint", timeout=10).status_code == 404
+    assert plain_http.get(f"{url}/{'0' * 64}/checkpoint", timeout=10).status_code == 404
     with new_client() as client:  # keep-alive answers are not held back by Nagle (~40 ms each)
         client.get(f"{url}/{origin_hash}/checkpoint")
         start = time.perf_counter()
@@ -443,7 +444,7 @@ def test_conformance_with_every_must(served: tuple[Path, str, str], tmp_path: Pa
 
     note3 = log.note()
     # M1
-    assert httpx.get(url + "/add-checkpoint", timeout=10).status_code == 405
+    assert plain_http.get(url + "/add-checkpoint", timeout=10).status_code == 405
     # M2, M3: malformed framing
     for body in (
         b"old 0\n" + note3.encode(),  # no empty line

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from helpers import SCIENCE_CHECKS, science_skipped
+from helpers import SCIENCE_CHECKS, reanalysis_skipped, science_skipped
 
 from ledger import SigningKey, canonical_json
 from tests.verify.test_archive_tamper import read_events, resign
@@ -1106,8 +1106,9 @@ def apply_tamper(tamper: Tamper, archive: Path, work: Path, key: SigningKey) -> 
 
     Returns None when the design has nothing for this tamper (no step calls, no verdict), else
     the check's reason. A tamper that a check other than ``rescore`` or ``reanalysis`` owns is
-    verified without the science checks (``helpers.science_skipped``): nothing here reads them,
-    and the honest archive was verified with them.
+    verified without the science checks (``helpers.science_skipped``), one that ``rescore`` owns
+    without ``reanalysis`` (``helpers.reanalysis_skipped``): nothing here reads them, and the honest
+    archive was verified with them.
     """
     target = work / f"tamper-{tamper.name}"
     shutil.copytree(archive, target)
@@ -1116,7 +1117,10 @@ def apply_tamper(tamper: Tamper, archive: Path, work: Path, key: SigningKey) -> 
         if owned is None:
             return None
         owner, fragment = owned
-        if owner in SCIENCE_CHECKS:
+        if owner == "rescore":  # reanalysis (every model refitted) could only add a FAIL
+            with reanalysis_skipped():
+                report = verify_archive(target, trusted_keys=[key.vkey])
+        elif owner in SCIENCE_CHECKS:
             report = verify_archive(target, trusted_keys=[key.vkey])
         else:  # a FAIL is expected elsewhere: the science checks could only add to it
             with science_skipped():

@@ -277,6 +277,38 @@ def science_skipped() -> Iterator[None]:
         yield
 
 
+@contextmanager
+def reanalysis_skipped() -> Iterator[None]:
+    """Inside the block, archives verify without the ``reanalysis`` check (``rescore`` runs).
+
+    For a test whose assertions read ``rescore`` and other checks, never ``reanalysis``, and at
+    most that the report is not ``ok`` (a tamper that ``rescore`` owns):
+    ``verify._science.science_checks`` runs ``rescore`` first and ``reanalysis`` after it,
+    each on its own (``_run``; the re-analysis re-derives its own dataset and reads nothing the
+    re-scoring found), so ``rescore`` and every check before the science checks come out the
+    same without it, and a report that FAILs without it FAILs with it. The re-analysis (every
+    mixed model refitted) is most of the science checks' CPU. The check is left out of an
+    archive's report, never recorded as passed; ``science_checks`` called directly returns a
+    ``WARN`` in its place ("not run").
+    """
+    import verify
+    import verify._archive
+    import verify._science
+
+    real = verify._archive._science
+
+    def science(run: Any) -> list[Any]:
+        return [c for c in real(run) if c.name != "reanalysis"]
+
+    def not_run(archive: Any) -> Any:
+        return verify.Check("reanalysis", verify.Status.WARN, "not run (left out)")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(verify._science, "_reanalysis", not_run)
+        mp.setattr(verify._archive, "_science", science)
+        yield
+
+
 def assert_flow_matches_ledger(archive: Path) -> None:
     """The archive's ``analysis/tables/flow.csv`` says, per arm and in total, what a plain count
     of its ``ledger/events.jsonl``, ``trials/schedule.csv`` and ``analysis/trials.csv`` gives

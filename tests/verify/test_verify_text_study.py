@@ -7,7 +7,8 @@ analysed and exported through the CLI. The fresh archive verifies; each tamper b
 changes one thing (as a forger would: blobs re-hashed, events re-signed, the manifest and
 ``export.created`` rewritten where said) and must fail, naming the file or the trial. A tamper
 whose FAIL comes from a check other than the science ones verifies without them
-(``helpers.science_skipped``); the re-score tamper and the fresh exports verify in full.
+(``helpers.science_skipped``), the re-score tamper without the re-analysis
+(``helpers.reanalysis_skipped``); the fresh exports verify in full.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from helpers import fixed_key, science_skipped
+from helpers import fixed_key, reanalysis_skipped, science_skipped
 from PIL import Image
 
 from ledger import canonical_json
@@ -462,7 +463,8 @@ def test_item_answer_changed_with_its_digest_fails_the_rescore(copy_: Path) -> N
         b"".join(canonical_json(json.loads(line)) + b"\n" for line in new.splitlines())
     )
     forge(copy_, events)
-    report = verify_archive(copy_)
+    with reanalysis_skipped():  # rescore runs first and on its own
+        report = verify_archive(copy_)
     passed(report, "signatures")
     passed(report, "requests")  # the answer never reaches the model
     assert "does not re-score" in failed(report, "rescore")
