@@ -150,12 +150,13 @@ LONG_UNITS = (
     "serial: processes and timing",
     "tests/runner/test_cloud_backends.py",
     "tests/analysis/test_view_browser.py",
+    "tests/e2e/test_template_green.py",
     "tests/verify/test_conformance_soak.py::test_conformance_soak[0]",
     "tests/verify/test_conformance_soak.py::test_conformance_soak[1]",
     "tests/analysis/test_reml_maximum.py",
     "tests/runner/test_phases.py",
+    "tests/runner/test_workers.py",
     "tests/verify/test_archive_tamper.py",
-    "tests/e2e/test_template_green.py",
     "tests/runner/test_steps_crash.py",
     "tests/e2e/test_template_mcq.py",
     "tests/runner/test_steps_seed_crash.py",
@@ -167,7 +168,6 @@ LONG_UNITS = (
     "tests/e2e/test_readme_commands.py",
     "tests/e2e/test_template_mcq_data.py",
     "tests/ledger/test_serve_append.py",
-    "tests/runner/test_workers.py",
     "tests/ledger/test_store_postgres.py",
     "tests/runner/test_provenance.py",
     "tests/analysis/test_plan.py",
@@ -178,13 +178,17 @@ LONG_UNITS = (
 )
 """Units of work that take longest, longest first (measured on two cores: in the slow set the
 serial unit about 90 s, the cloud backends' module about 2 minutes, the browser tests (run with
-the slow set by .ci/run) about 2 minutes with their two demo builds, each conformance soak chunk
-about a minute, the REML module's 10,010-trial study 52 s, the judge-phase kill soak 56 s, the
-medmcqa demo module 45 s; in the
+the slow set by .ci/run) about 2 minutes with the two demo builds they share with the demo
+modules (:func:`shared_demo`), the green-shielding demo module about 100 s, each conformance
+soak chunk about 70 s, the REML module's 10,010-trial study 68 s, the judge-phase kill soak
+41-56 s, the workers' chaos soak 42 s; in the
 README's set the archive-tamper module about 37 s, the analysis pipeline, report and demo
 modules 15-25 s each, the service, workers and PostgreSQL modules 10-13 s, on a quiet machine).
 They are handed out first, so that the two workers end together instead of one finishing a
-long unit alone at the end (pytest-xdist hands out units in collection order)."""
+long unit alone at the end (pytest-xdist hands out units in collection order: see
+:func:`pytest_xdist_make_scheduler`). The demo modules whose demo the browser tests build
+(``test_template_mcq.py``, ``test_template_pilot.py``) come well after the browser module, so
+that they find the build made instead of waiting on the worker that makes it."""
 
 
 def _unit(nodeid: str) -> str:
@@ -211,10 +215,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     group onto ``item._nodeid``, which pytest 9.2's ``item.nodeid`` no longer reads, so every
     mark is silently ignored (pytest-dev/pytest-xdist#1386). Other ``--dist`` modes are left to
     pytest-xdist.
+
+    Units are handed out in collection order (:func:`pytest_collection_modifyitems`: the
+    :data:`LONG_UNITS` first). pytest-xdist's ``--loadscope-reorder``, on by default, would
+    sort them by their number of tests instead (most first), which put every unit of one test
+    (a conformance-soak chunk, the 10,010-trial REML study, the kill soaks) behind every
+    module of two or more, whatever its length: it is turned off here.
     """
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
+
+    config.option.loadscopereorder = False
 
     class SerialAwareLoadFile(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
@@ -369,3 +381,53 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     finally:
         server.stop()
         server.remove()
+
+
+@pytest.fixture(scope="session")
+def shared_demo(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., tuple[Any, str]]:
+    """``shared_demo(template, width=220)``: that template's ``ledger demo``, built once per test
+    run (:func:`built_once`) and shared by every module that reads it: (its ``DemoResult``, what
+    it printed on a console ``width`` columns wide).
+
+    The demo modules (``tests/e2e/test_template_*.py``) and the browser tests
+    (``tests/analysis/test_view_browser.py``) read the same demos: each build (tens of seconds)
+    is made once instead of once per module. Built by ``tests/support/demo_build.py`` in a
+    process of its own (see there why). Read-only, as every shared build is: copy it to change
+    it.
+    """
+    import json
+    import subprocess
+    import sys
+
+    from analysis._demo import DemoResult
+
+    def get(template: str, width: int = 220) -> tuple[Any, str]:
+        def build(base: Path) -> None:
+            built = subprocess.run(
+                [
+                    sys.executable,
+                    str(Path(__file__).resolve().parent / "support" / "demo_build.py"),
+                    str(base),
+                    template,
+                    str(width),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=900,
+                env={**os.environ, "PROMPT_LEDGER_HOME": str(base / "home")},
+            )
+            assert built.returncode == 0, (
+                f"ledger demo --template {template}: exit {built.returncode}\n"
+                + built.stdout[-2000:]
+                + built.stderr[-4000:]
+            )
+
+        base = built_once(tmp_path_factory, f"demo-{template}-{width}", build)
+        fields = json.loads((base / "result.json").read_text(encoding="utf-8"))
+        paths = {"study", "archive", "tampered", "report"}
+        result = DemoResult(
+            **{k: Path(v) if k in paths and v is not None else v for k, v in fields.items()}
+        )
+        return result, (base / "printed.txt").read_text(encoding="utf-8")
+
+    return get
