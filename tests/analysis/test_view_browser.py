@@ -64,7 +64,16 @@ class Page:
             ),
         )
         self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
-        self.page.on("requestfailed", lambda r: self.errors.append(f"failed: {r.url}"))
+        self.page.on("requestfailed", self._failed)
+
+    def _failed(self, request: Any) -> None:
+        """A request that failed, but not one the browser itself cancelled (``ERR_ABORTED``):
+        navigating to the next page, or closing this one, cancels the overview's
+        ``/api/status`` poll when it is in flight (on a loaded machine a poll can take longer
+        than a test's next step). A viewer that refuses, drops or resets the connection still
+        fails the test (``ERR_CONNECTION_REFUSED``, ``ERR_EMPTY_RESPONSE``, ...)."""
+        if request.failure != "net::ERR_ABORTED":
+            self.errors.append(f"failed: {request.url} ({request.failure})")
 
     def leave(self) -> None:
         """Go to a blank page, so that nothing polls a viewer that is about to stop."""
