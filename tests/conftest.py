@@ -401,6 +401,8 @@ def shared_demo(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., tuple
 
     from analysis._demo import DemoResult
 
+    made: dict[tuple[str, int], Path] = {}  # this session's: built_once builds at every call
+
     def get(template: str, width: int = 220) -> tuple[Any, str]:
         def build(base: Path) -> None:
             built = subprocess.run(
@@ -422,7 +424,9 @@ def shared_demo(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., tuple
                 + built.stderr[-4000:]
             )
 
-        base = built_once(tmp_path_factory, f"demo-{template}-{width}", build)
+        if (template, width) not in made:
+            made[template, width] = built_once(tmp_path_factory, f"demo-{template}-{width}", build)
+        base = made[template, width]
         fields = json.loads((base / "result.json").read_text(encoding="utf-8"))
         paths = {"study", "archive", "tampered", "report"}
         result = DemoResult(
