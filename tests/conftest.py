@@ -151,14 +151,15 @@ LONG_UNITS = (
     "serial: processes and timing",
     "tests/runner/test_cloud_backends.py",
     "tests/analysis/test_view_browser.py",
+    "tests/e2e/test_template_green.py",
     "tests/verify/test_conformance_soak.py::test_conformance_soak[0]",
     "tests/verify/test_conformance_soak.py::test_conformance_soak[1]",
     "tests/runner/test_phases.py",
     "tests/analysis/test_reml_maximum.py",
+    "tests/runner/test_workers.py",
     "tests/e2e/test_template_mcq_data.py",
     "tests/runner/test_steps_crash.py",
     "tests/runner/test_steps_seed_crash.py",
-    "tests/e2e/test_template_green.py",
     "tests/e2e/test_template_mcq.py",
     # the README's set, longest first
     "tests/ledger/test_serve_append.py",
@@ -169,7 +170,6 @@ LONG_UNITS = (
     "tests/e2e/test_several_models.py",
     "tests/analysis/test_analysis_pipeline.py",
     "tests/e2e/test_single_answer_studies.py",
-    "tests/runner/test_workers.py",
     "tests/project/test_bad_input_fs.py",
     "tests/e2e/test_readme_commands.py",
     "tests/analysis/test_view_hostile.py",
@@ -205,13 +205,16 @@ workers end together instead of one finishing a long unit alone at the end; ever
 follows in collection order, and the single tests of :data:`SPREAD_MODULES` come last, where
 they fill the gaps. The slow set's (CI's ``-m slow`` run, on two cores): the serial unit about
 90 s, the cloud backends' module about 2 minutes, the browser tests (run with the slow set by
-.ci/run) about 2 minutes with their two demo builds, each conformance soak chunk about a
+.ci/run) about 2 minutes with the two demo builds they share with the demo modules
+(:func:`shared_demo`), each conformance soak chunk about a
 minute, the judge-phase kill soak 56 s, the REML module's 10,010-trial study 52 s, the medmcqa
 demo module 45 s. The README's set, summed per-file durations on a clean clone (``pytest
 --durations=0``, two quiet cores, issue 33): the serial unit 42 s, the service and
 archive-tamper modules about 22 s, the demo about 17 s, PostgreSQL 14 s, the report 12 s, then
 11 s down to 3.6 s in this order (the workers' and README modules after their forked workers
-and one-jq audit, about 9 s each)."""
+and one-jq audit, about 9 s each). The demo modules whose demo the browser tests build
+(``test_template_mcq.py``, ``test_template_pilot.py``) come well after the browser module, so
+that they find the build made instead of waiting on the worker that makes it."""
 
 
 def _unit(nodeid: str) -> str:
@@ -244,17 +247,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     its module) is built on one worker only. This replaces ``xdist_group`` marks with
     ``--dist loadgroup``, which pytest-xdist 3.8 cannot honour on pytest 9.2: it tags a test's
     group onto ``item._nodeid``, which pytest 9.2's ``item.nodeid`` no longer reads, so every
-    mark is silently ignored (pytest-dev/pytest-xdist#1386). The units are handed out in the
-    order of :func:`pytest_collection_modifyitems` (pytest-xdist's reordering by test count is
-    turned off). Other ``--dist`` modes are left to pytest-xdist.
+    mark is silently ignored (pytest-dev/pytest-xdist#1386). Other ``--dist`` modes are left to
+    pytest-xdist.
+
+    Units are handed out in collection order (:func:`pytest_collection_modifyitems`: the
+    :data:`LONG_UNITS` first). pytest-xdist's ``--loadscope-reorder``, on by default, would
+    sort them by their number of tests instead (most first), which put every unit of one test
+    (a conformance-soak chunk, the 10,010-trial REML study, the kill soaks) behind every
+    module of two or more, whatever its length: it is turned off here.
     """
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    # pytest-xdist's --loadscope-reorder (on by default) would hand out the units with the
-    # most tests first, whatever their time: a one-test module of 20 s (the demo) near the
-    # end, after hundreds of quick ones; the order of pytest_collection_modifyitems is kept.
     config.option.loadscopereorder = False
 
     class SerialAwareLoadFile(LoadFileScheduling):
@@ -410,3 +415,57 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     finally:
         server.stop()
         server.remove()
+
+
+@pytest.fixture(scope="session")
+def shared_demo(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., tuple[Any, str]]:
+    """``shared_demo(template, width=220)``: that template's ``ledger demo``, built once per test
+    run (:func:`built_once`) and shared by every module that reads it: (its ``DemoResult``, what
+    it printed on a console ``width`` columns wide).
+
+    The demo modules (``tests/e2e/test_template_*.py``) and the browser tests
+    (``tests/analysis/test_view_browser.py``) read the same demos: each build (tens of seconds)
+    is made once instead of once per module. Built by ``tests/support/demo_build.py`` in a
+    process of its own (see there why). Read-only, as every shared build is: copy it to change
+    it.
+    """
+    import json
+    import subprocess
+    import sys
+
+    from analysis._demo import DemoResult
+
+    made: dict[tuple[str, int], Path] = {}  # this session's: built_once builds at every call
+
+    def get(template: str, width: int = 220) -> tuple[Any, str]:
+        def build(base: Path) -> None:
+            built = subprocess.run(
+                [
+                    sys.executable,
+                    str(Path(__file__).resolve().parent / "support" / "demo_build.py"),
+                    str(base),
+                    template,
+                    str(width),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=900,
+                env={**os.environ, "PROMPT_LEDGER_HOME": str(base / "home")},
+            )
+            assert built.returncode == 0, (
+                f"ledger demo --template {template}: exit {built.returncode}\n"
+                + built.stdout[-2000:]
+                + built.stderr[-4000:]
+            )
+
+        if (template, width) not in made:
+            made[template, width] = built_once(tmp_path_factory, f"demo-{template}-{width}", build)
+        base = made[template, width]
+        fields = json.loads((base / "result.json").read_text(encoding="utf-8"))
+        paths = {"study", "archive", "tampered", "report"}
+        result = DemoResult(
+            **{k: Path(v) if k in paths and v is not None else v for k, v in fields.items()}
+        )
+        return result, (base / "printed.txt").read_text(encoding="utf-8")
+
+    return get

@@ -64,7 +64,16 @@ class Page:
             ),
         )
         self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
-        self.page.on("requestfailed", lambda r: self.errors.append(f"failed: {r.url}"))
+        self.page.on("requestfailed", self._failed)
+
+    def _failed(self, request: Any) -> None:
+        """A request that failed, but not one the browser itself cancelled (``ERR_ABORTED``):
+        navigating to the next page, or closing this one, cancels the overview's
+        ``/api/status`` poll when it is in flight (on a loaded machine a poll can take longer
+        than a test's next step). A viewer that refuses, drops or resets the connection still
+        fails the test (``ERR_CONNECTION_REFUSED``, ``ERR_EMPTY_RESPONSE``, ...)."""
+        if request.failure != "net::ERR_ABORTED":
+            self.errors.append(f"failed: {request.url} ({request.failure})")
 
     def leave(self) -> None:
         """Go to a blank page, so that nothing polls a viewer that is about to stop."""
@@ -309,37 +318,24 @@ def test_browser_a_hostile_archive_runs_no_script_in_the_viewer_or_its_bundle(
 
 DEMOS = {
     # seed 001: the green-shielding pilot (a correctness judge on every trial, item steps)
-    "seed-001": ("green-shielding-pilot", "archive"),
+    "seed-001": ("green-shielding-pilot", "archive", 220),
     # seed 002: the medmcqa-prompt-sensitivity template's mcq study (option-order variants)
-    "seed-002": ("medmcqa-prompt-sensitivity", "archives/mcq"),
+    "seed-002": ("medmcqa-prompt-sensitivity", "archives/mcq", 200),
 }
+"""Each demo's template, its archive's folder in the demo, and the console width its demo module
+(``tests/e2e/test_template_pilot.py``, ``test_template_mcq.py``) builds it with: the same
+build serves both (``conftest.shared_demo``)."""
 
 
 @pytest.fixture(scope="module", params=sorted(DEMOS))
-def demo_viewer(request: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A template's demo (built once per module and seed: tens of seconds) served by a viewer.
-
-    ``ledger demo`` runs in its own process: Playwright's event loop runs in this one.
-    """
-    template, archive = DEMOS[request.param]
-    base = tmp_path_factory.mktemp(f"view-{request.param}")
-    built = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from ledger.cli import main; main()",
-            "demo",
-            str(base / "demo"),
-            "--template",
-            template,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "PROMPT_LEDGER_HOME": str(base / "home")},
-    )
-    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
-    v = Viewer(base / "demo" / archive)
+def demo_viewer(request: Any, shared_demo: Any) -> Iterator[Any]:
+    """A template's demo (built once per run and shared with its demo module: tens of seconds,
+    in a process of its own, since Playwright's event loop runs in this one) served by a
+    viewer."""
+    template, archive, width = DEMOS[request.param]
+    result, _ = shared_demo(template, width)
+    assert result.verified and result.tamper_caught
+    v = Viewer(result.archive.parent / archive)  # the demo folder holds archive or archives
     try:
         yield request.param, v
     finally:

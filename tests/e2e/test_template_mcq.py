@@ -13,13 +13,13 @@ import csv
 import io
 import math
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
-from helpers import assert_flow_matches_ledger, science_skipped, template_demo
+from helpers import assert_flow_matches_ledger, science_skipped
 from locations import REPO
 
 from analysis._parse import parse_multiple_choice
@@ -232,8 +232,9 @@ def test_chain_of_thought_and_examples_move_the_capture_and_the_slips(
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
-    yield from template_demo(tmp_path_factory.mktemp("seed002-demo"), TEMPLATE, width=200)
+def demo(shared_demo: Callable[..., tuple[Any, str]]) -> tuple[Any, str]:
+    """The template's demo, built once per run for this module and the browser tests."""
+    return shared_demo(TEMPLATE, width=200)
 
 
 @pytest.mark.slow

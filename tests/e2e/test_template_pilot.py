@@ -12,13 +12,13 @@ recorded Table 1, and a changed judge prompt fails verification naming it.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import assert_flow_matches_ledger, fixed_key, template_demo
+from helpers import assert_flow_matches_ledger, fixed_key
 
 from runner._importers import convert
 from runner.simulated import _pilot as p
@@ -358,8 +358,9 @@ def test_the_recorded_table_shows_the_seed_pattern(analysed: dict[str, dict[str,
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
-    yield from template_demo(tmp_path_factory.mktemp("pilot-demo"), TEMPLATE)
+def demo(shared_demo: Callable[..., tuple[Any, str]]) -> tuple[Any, str]:
+    """The template's demo, built once per run for this module and the browser tests."""
+    return shared_demo(TEMPLATE)
 
 
 @pytest.mark.slow
