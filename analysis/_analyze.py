@@ -1127,6 +1127,19 @@ def _paired_items(ds: Dataset, a: str, b: str) -> pd.DataFrame:
     return plain(left.merge(right, on=_PAIR_KEYS, suffixes=("_a", "_b")))
 
 
+def _whole(values: pd.Series) -> bool:
+    """Whether a float column's numbers (NaN aside) are whole and below 2^52 in size."""
+    v = values.to_numpy()
+    v = v[~np.isnan(v)]
+    return bool(np.all((np.abs(v) < 2.0**52) & (v == np.floor(v))))
+
+
+def _floor(values: npt.NDArray[np.float64]) -> int:
+    """The smallest number of a whole-number float array (0 when it holds only NaN)."""
+    present = values[~np.isnan(values)]
+    return int(present.min()) if len(present) else 0
+
+
 def _pair_codes(
     left: pd.DataFrame, right: pd.DataFrame
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
@@ -1135,8 +1148,9 @@ def _pair_codes(
     A label column's category code (both sides are slices of one ``category`` column, so they
     share its categories; a missing label is code -1 on both, as the merge matches missing
     with missing), an integer column's offset from the smallest value of both sides, a float
-    column's rank among the distinct values of both (NaN one value: a ``row`` with no number),
-    mixed by the product of the ranges. Both sides have rows. None when a key column is none
+    column of whole numbers likewise (NaN, a ``row`` with no number, one more code), another
+    float column's rank among the distinct values of both (NaN one value), mixed by the
+    product of the ranges. Both sides have rows. None when a key column is none
     of these (then the merge pairs), or the ranges' product does not fit in 62 bits.
     """
     lk = np.zeros(len(left), dtype=np.int64)
@@ -1152,7 +1166,13 @@ def _pair_codes(
             low = min(int(lv.min()), int(rv.min()))
             lv, rv = lv - low, rv - low
             size = max(int(lv.max()), int(rv.max())) + 1
-        elif lc.dtype.kind == "f" and lc.dtype == rc.dtype:  # a row with no number: NaN
+        elif lc.dtype.kind == "f" and lc.dtype == rc.dtype and _whole(lc) and _whole(rc):
+            lf, rf = lc.to_numpy(), rc.to_numpy()  # whole numbers and NaN (a row with none)
+            low = min(_floor(lf), _floor(rf))
+            lv = np.where(np.isnan(lf), 0, lf - low + 1).astype(np.int64)  # NaN: code 0
+            rv = np.where(np.isnan(rf), 0, rf - low + 1).astype(np.int64)
+            size = max(int(lv.max()), int(rv.max())) + 1
+        elif lc.dtype.kind == "f" and lc.dtype == rc.dtype:
             found, inverse = np.unique(
                 np.concatenate([lc.to_numpy(), rc.to_numpy()]), return_inverse=True
             )  # NaNs are one value, as the merge matches them

@@ -97,6 +97,17 @@ def test_float_keys_with_missing_numbers_pair_as_the_merge_pairs(seed: int) -> N
     pd.testing.assert_frame_equal(_paired_items(other, "A", "B"), _merged(other))
 
 
+def test_float_keys_that_are_not_whole_numbers_pair_as_the_merge_pairs() -> None:
+    ds = _dataset(5, drop=0.2, duplicate=False, missing_answer=False)
+    rows = ds.items["row"].to_numpy(dtype=float, copy=True) / 4.0  # 0.25, 0.5
+    rows[::7] = np.nan
+    items = ds.items.assign(row=rows, position=ds.items["position"] * -1.5)
+    other = Dataset(ds.trials, items, ARMS, (), "0" * 64)
+    it = other.items
+    assert _pair_codes(it[it["arm"] == "A"], it[it["arm"] == "B"]) is not None
+    pd.testing.assert_frame_equal(_paired_items(other, "A", "B"), _merged(other))
+
+
 def test_a_key_column_of_objects_is_left_to_the_merge() -> None:
     ds = _dataset(1, drop=0.1, duplicate=False, missing_answer=False)
     items = ds.items.assign(row=ds.items["row"].astype(object))
