@@ -958,7 +958,7 @@ class Ledger:
         of its size and its bytes written into the row by incremental blob I/O, a chunk at a
         time: bound as a parameter, SQLite copies it twice (the bound value and the record it
         builds), three times the blob at once (issue 41: ``items.csv`` of 10^5 trials is
-        277 MB). The stored bytes are the same.
+        287 MB). The stored bytes are the same.
         """
         conn = self._conn
         sql = "INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
