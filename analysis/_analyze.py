@@ -1113,12 +1113,103 @@ def _trial_pairs(ds: Dataset, a: str, b: str) -> tuple[Any, Any, list[dict[str, 
     return np.array(xs, dtype=np.float64), np.array(ys, dtype=np.float64), dropped
 
 
+_PAIR_KEYS = ["model", "stimulus", "variant", "rep", "row", "position"]
+"""What pairs an item of arm ``a`` with an item of arm ``b`` (``docs/analysis.md`` §3)."""
+
+
 def _paired_items(ds: Dataset, a: str, b: str) -> pd.DataFrame:
+    """Arm ``a``'s analysable items inner-joined with arm ``b``'s on :data:`_PAIR_KEYS`.
+
+    ``left.merge(right, on=_PAIR_KEYS, suffixes=("_a", "_b"))`` with its label columns as
+    ``str``. When each side's keys are unique (one trial per arm and cell) the join is made
+    from one integer per item (:func:`_pair_codes`) instead of pandas' six-key join, whose
+    factorized keys cost several times the item columns at 10^5 trials (issue 41); the frame
+    is the merge's, row for row (left order, a fresh index).
+    """
     it = _items(ds)
-    keys = ["model", "stimulus", "variant", "rep", "row", "position"]
-    left = it[it["arm"] == a].loc[:, [*keys, "correct", "answer", "truth"]]
-    right = it[it["arm"] == b].loc[:, [*keys, "correct", "answer"]]
-    return plain(left.merge(right, on=keys, suffixes=("_a", "_b")))
+    left = it[it["arm"] == a].loc[:, [*_PAIR_KEYS, "correct", "answer", "truth"]]
+    right = it[it["arm"] == b].loc[:, [*_PAIR_KEYS, "correct", "answer"]]
+    codes = None if left.empty or right.empty else _pair_codes(left, right)
+    if codes is not None:
+        lk, rk = codes
+        order = np.argsort(rk, kind="stable")
+        ranked = rk[order]
+        if not (len(ranked) > 1 and bool((ranked[1:] == ranked[:-1]).any())) and (
+            len(np.unique(lk)) == len(lk)
+        ):
+            at = np.searchsorted(ranked, lk)
+            inside = at < len(ranked)
+            found = np.zeros(len(lk), dtype=bool)
+            found[inside] = ranked[at[inside]] == lk[inside]
+            mine = np.flatnonzero(found)
+            theirs = order[at[mine]]
+            paired = left.iloc[mine].rename(columns={"correct": "correct_a", "answer": "answer_a"})
+            paired = paired.reset_index(drop=True)
+            paired["correct_b"] = right["correct"].iloc[theirs].to_numpy()
+            paired["answer_b"] = right["answer"].iloc[theirs].reset_index(drop=True)
+            return plain(paired)
+    return plain(left.merge(right, on=_PAIR_KEYS, suffixes=("_a", "_b")))
+
+
+def _whole(values: pd.Series) -> bool:
+    """Whether a float column's numbers (NaN aside) are whole and below 2^52 in size."""
+    v = values.to_numpy()
+    v = v[~np.isnan(v)]
+    return bool(np.all((np.abs(v) < 2.0**52) & (v == np.floor(v))))
+
+
+def _floor(values: npt.NDArray[np.float64]) -> int:
+    """The smallest number of a whole-number float array (0 when it holds only NaN)."""
+    present = values[~np.isnan(values)]
+    return int(present.min()) if len(present) else 0
+
+
+def _pair_codes(
+    left: pd.DataFrame, right: pd.DataFrame
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    """One int64 per row of each side, equal exactly when its :data:`_PAIR_KEYS` are equal.
+
+    A label column's category code (both sides are slices of one ``category`` column, so they
+    share its categories; a missing label is code -1 on both, as the merge matches missing
+    with missing), an integer column's offset from the smallest value of both sides, a float
+    column of whole numbers likewise (NaN, a ``row`` with no number, one more code), another
+    float column's rank among the distinct values of both (NaN one value), mixed by the
+    product of the ranges. Both sides have rows. None when a key column is none
+    of these (then the merge pairs), or the ranges' product does not fit in 62 bits.
+    """
+    lk = np.zeros(len(left), dtype=np.int64)
+    rk = np.zeros(len(right), dtype=np.int64)
+    span = 1
+    for name in _PAIR_KEYS:
+        lc, rc = left[name], right[name]
+        if isinstance(lc.dtype, pd.CategoricalDtype) and lc.dtype == rc.dtype:
+            lv, rv = lc.cat.codes.to_numpy(np.int64) + 1, rc.cat.codes.to_numpy(np.int64) + 1
+            size = len(lc.cat.categories) + 1
+        elif lc.dtype.kind == "i" and rc.dtype.kind == "i" and lc.dtype == rc.dtype:
+            lv, rv = lc.to_numpy(np.int64), rc.to_numpy(np.int64)
+            low = min(int(lv.min()), int(rv.min()))
+            lv, rv = lv - low, rv - low
+            size = max(int(lv.max()), int(rv.max())) + 1
+        elif lc.dtype.kind == "f" and lc.dtype == rc.dtype and _whole(lc) and _whole(rc):
+            lf, rf = lc.to_numpy(), rc.to_numpy()  # whole numbers and NaN (a row with none)
+            low = min(_floor(lf), _floor(rf))
+            lv = np.where(np.isnan(lf), 0, lf - low + 1).astype(np.int64)  # NaN: code 0
+            rv = np.where(np.isnan(rf), 0, rf - low + 1).astype(np.int64)
+            size = max(int(lv.max()), int(rv.max())) + 1
+        elif lc.dtype.kind == "f" and lc.dtype == rc.dtype:
+            found, inverse = np.unique(
+                np.concatenate([lc.to_numpy(), rc.to_numpy()]), return_inverse=True
+            )  # NaNs are one value, as the merge matches them
+            lv, rv = inverse[: len(lc)].astype(np.int64), inverse[len(lc) :].astype(np.int64)
+            size = len(found)
+        else:
+            return None
+        span *= size
+        if span >= 1 << 62:
+            return None
+        lk = lk * size + lv
+        rk = rk * size + rv
+    return lk, rk
 
 
 @dataclass

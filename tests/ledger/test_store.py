@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 from itertools import pairwise
 from pathlib import Path
 
@@ -430,3 +433,65 @@ def test_a_second_signing_of_one_size_keeps_one_checkpoint(tmp_path: Path) -> No
         both = log.sign_checkpoint(other)
         assert both.startswith(first) and both.count("\u2014 ") == 2
         assert [(c.size, c.note) for c in log.checkpoints()] == [(3, both)]
+
+
+def test_large_blobs_are_written_in_chunks_with_the_same_bytes(
+    log: Ledger, runner: SigningKey
+) -> None:
+    from ledger._store import STREAMED_BLOB_BYTES
+
+    sizes = (STREAMED_BLOB_BYTES, 2 * STREAMED_BLOB_BYTES + 12_345, STREAMED_BLOB_BYTES - 1)
+    blobs = {
+        f"b{i}": bytes(range(i + 1, i + 252)) * (n // 251) + b"x" * (n % 251)
+        for i, n in enumerate(sizes)
+    }
+    specs = [
+        EventSpec("trial.requested", {"i": 0}, {"small": b"before"}),
+        EventSpec("trial.requested", {"i": 1}, blobs),
+        EventSpec("trial.requested", {"i": 2}, {"small": b"after", "again": blobs["b1"]}),
+    ]
+    events = log.append_many(specs, key=runner)
+    for name, data in blobs.items():
+        assert len(data) == sizes[int(name[1:])]
+        assert log.blob(events[1].blobs[name]) == data
+    assert log.blob(events[0].blobs["small"]) == b"before"
+    assert events[2].blobs["again"] == events[1].blobs["b1"]
+    count = log.db.execute("SELECT COUNT(*) FROM blobs").fetchone()[0]
+    assert count == 5  # before, b0, b1, b2, after: b1 once
+    big = bytes(reversed(blobs["b1"]))
+    with pytest.raises(CanonicalError):  # all or nothing: the large blob is rolled back too
+        log.append_many(
+            [
+                EventSpec("trial.requested", {}, {"big": big}),
+                EventSpec("trial.requested", {"bad": 2**60}),
+            ],
+            key=runner,
+        )
+    assert log.db.execute("SELECT COUNT(*) FROM blobs").fetchone()[0] == 5
+
+
+_BIG_BLOB_CHILD = """
+import resource, sys
+from pathlib import Path
+from helpers import fixed_key
+from ledger import Ledger
+key = fixed_key("owner")
+data = bytes(range(256)) * (64 * 4096)  # 64 MiB
+with Ledger.create(Path(sys.argv[1]), origin="example.org/big", key=key) as log:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    log.append("artifact.locked", {"path": "big"}, key=key, blobs={"big": data})
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(grown // 1024)
+"""
+
+
+def test_a_large_blob_is_appended_without_copies_of_it(tmp_path: Path) -> None:
+    helpers = Path(__file__).resolve().parents[1] / "support"
+    out = subprocess.run(
+        [sys.executable, "-c", _BIG_BLOB_CHILD, str(tmp_path / "big.db")],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(helpers)},
+    )
+    assert int(out.stdout.strip()) < 32  # MiB beyond the 64 MiB blob; bound, SQLite made two copies
