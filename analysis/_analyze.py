@@ -1261,15 +1261,25 @@ class StatisticData:
         return fit_model(self.ds, plan)
 
 
+SUBSET_MEMO_MAX_TRIALS = 20_000
+"""The largest dataset (trials) whose stimulus subsets :func:`_stimulus_subset` keeps: a plan's
+simulated studies reuse them; at 10^5 trials each kept subset is a second item table (issue 41:
+the peak of ``ledger analyze`` rose from about 940 MB to 1.2 GB at 99,995 trials)."""
+
+
 def _stimulus_subset(ds: Dataset, stimuli: Sequence[str]) -> Dataset:
-    """``ds.for_stimuli(stimuli)``, made once per dataset and list of stimuli.
+    """``ds.for_stimuli(stimuli)``, made once per dataset and list of stimuli when it is small.
 
     The hypotheses of one stimulus subset and ``sensitivity.lmm``'s subset model then share
-    one dataset (and its :func:`_trial_outcome`): the same frames, so the same numbers.
-    Callers only read it.
+    one dataset (and its :func:`_trial_outcome`). ``for_stimuli`` is deterministic, so a subset
+    made again gives the same numbers; a dataset of more than
+    :data:`SUBSET_MEMO_MAX_TRIALS` trials makes it again instead of keeping it. Callers only
+    read it.
     """
-    memo: dict[tuple[str, ...], Dataset] = ds.__dict__.setdefault("_stimulus_subsets", {})
     key = tuple(str(x) for x in stimuli)
+    if len(ds.trials) > SUBSET_MEMO_MAX_TRIALS:
+        return ds.for_stimuli(key)
+    memo: dict[tuple[str, ...], Dataset] = ds.__dict__.setdefault("_stimulus_subsets", {})
     got = memo.get(key)
     if got is None:
         got = memo[key] = ds.for_stimuli(key)

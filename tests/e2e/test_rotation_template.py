@@ -591,3 +591,19 @@ def _events(root: Path, kind: str) -> list[Any]:
 
     with Ledger.open(root / "ledger.db", readonly=True) as log:
         return list(log.events(kind))
+
+
+def test_stimulus_subsets_are_kept_only_for_small_datasets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan's small simulated studies keep each stimulus subset for its hypotheses; a large
+    dataset makes it again each time (issue 41: a kept subset is a second item table)."""
+    from analysis import _analyze
+
+    ds = _dataset()
+    kept = _analyze._stimulus_subset(ds, ["s1", "s2"])
+    assert _analyze._stimulus_subset(ds, ["s1", "s2"]) is kept
+    assert set(kept.trials["stimulus"]) == {"s1", "s2"}
+    monkeypatch.setattr(_analyze, "SUBSET_MEMO_MAX_TRIALS", len(ds.trials) - 1)
+    big = _dataset()
+    one, two = _analyze._stimulus_subset(big, ["s1"]), _analyze._stimulus_subset(big, ["s1"])
+    assert one is not two and "_stimulus_subsets" not in big.__dict__
+    assert one.trials.equals(two.trials) and one.items.equals(two.items)
