@@ -228,14 +228,12 @@ class ArchiveRun(_Run):
             return f"{reason}: not verified", show(where)
         if EVENTS not in files.files:
             return f"{self.path}: {EVENTS} {files.describe(EVENTS)}: not an archive", EVENTS
-        from verify import _ledgerfile
-
         if self.jobs > 1 and files.complete:
             try:
                 self.total = self._count_lines()
             except (ArchiveFileError, OSError):
                 self.total = 0  # the hash below says why it cannot be read
-            if self.total >= _ledgerfile._MIN_PARALLEL_EVENTS:
+            if self.parallel:
                 self.pool = worker_pool(self.jobs)
         self.finish_hashes = files.hash_all(self.pool, now=(EVENTS,))
         self.hash_time += time.perf_counter() - t0
