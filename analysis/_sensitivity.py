@@ -180,6 +180,9 @@ class _Blocks:
             self.yy[c] = float(yr @ yr)
             self.nr[c] = float(rows.size)
         self._eye = np.eye(q)
+        self._rows = (exog, gcode, col, ccode)  # for the atoms (satterthwaite_parts), on demand
+        self._atom_memo: tuple[Floats, Floats, Floats, Floats, Floats] | None = None
+        self._df_memo: dict[tuple[bytes, tuple[int, ...]], tuple[Floats, Floats, list[Floats]]] = {}
         # an evaluation keeps a few (groups, q, q) and (groups, q, p) blocks: between 16 and 64
         # points, within _MEMO_BYTES (the fit's repeats are a Hessian's 2m + 1 points apart)
         entry = 8 * 4 * max(1, n_groups * q * (q + self.p))
@@ -304,10 +307,133 @@ class _Blocks:
             self.xx[r] - zxa - zxa.T + np.einsum("gap,gab,gbq->pq", amat, self.zz[r], amat)
         )
 
+    def gls(self, theta: Floats) -> tuple[Floats, Floats]:
+        """``C = (XᵀV⁻¹X)⁻¹`` and ``β̂`` at ``theta``, with no Woodbury cancellation.
+
+        Per group ``I + ΛZᵀWZΛ = LLᵀ`` (Cholesky) and ``S_X = L⁻¹ΛZᵀWX``, ``S_y = L⁻¹ΛZᵀWy``:
+        ``XᵀV⁻¹X = XᵀWX − Σ S_XᵀS_X``, ``XᵀV⁻¹y = XᵀWy − Σ S_XᵀS_y``. The subtracted Gram matrix
+        loses only what the difference itself must (``ε·‖XᵀWX‖``), where ``XᵀWX − ZᵀWX·K·ZᵀWX``
+        (:meth:`parts`, the likelihood's) also multiplies the rounding of ``K`` by the condition
+        of ``I + ΛZᵀWZΛ``: with a residual class near 0 (an arm at ceiling) and thousands of
+        trials a cell, that cost ``C`` 4e-6 of its value (``docs/statistics.md``, "Accuracy").
+        """
+        re, phi = theta[: self.k], theta[self.k :]
+        _, s, zwx, zwy, wxx, wxy, _, _ = self._by_phi(phi)
+        lam = np.einsum("k,kga->ga", np.sqrt(re), self.masks)
+        chol = np.linalg.cholesky(self._eye + lam[:, :, None] * s * lam[:, None, :])
+        sx = np.linalg.solve(chol, lam[:, :, None] * zwx)
+        sy = np.linalg.solve(chol, (lam * zwy)[:, :, None])[:, :, 0]
+        cov = np.linalg.inv(wxx - np.einsum("gap,gaq->pq", sx, sx))
+        cov = (cov + cov.T) / 2
+        return cov, cov @ (wxy - np.einsum("gap,ga->p", sx, sy)) + self.offset
+
+    def _atoms(self) -> tuple[Floats, Floats, Floats, Floats, Floats]:
+        """Each group's *atoms* (rows sharing the group, every term's cluster and the class).
+
+        ``V`` acts on an atom's normalised indicator ``1_a/√m_a`` as a small dense matrix and
+        on the contrasts within an atom as ``φ_class·I``. Returned, padded to the largest
+        group's number of atoms ``s``: ``∂V/∂θ_i`` on the indicators ``(m, G, s, s)``, ``X``
+        on them ``(G, s, p)`` (``√m_a·x̄_a``), the padding's identity ``(G, s, s)``, and per
+        class the within-atom count ``n_r − atoms_r`` and scatter ``Σ (x − x̄_a)(x − x̄_a)ᵀ``.
+        """
+        exog, gcode, col, ccode = self._rows
+        keys = np.column_stack([gcode, col.T, ccode])
+        uniq, inverse, size = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+        inverse = inverse.reshape(-1)
+        sums = np.stack(
+            [np.bincount(inverse, weights=exog[:, j], minlength=len(uniq)) for j in range(self.p)],
+            axis=1,
+        )
+        means = sums / size[:, None]
+        dev = exog - means[inverse]
+        r = len(self.class_labels)
+        aclass = uniq[:, -1]
+        within_n = (np.bincount(ccode, minlength=r) - np.bincount(aclass, minlength=r)).astype(
+            np.float64
+        )
+        within_xx = np.stack([dev[ccode == c].T @ dev[ccode == c] for c in range(r)])
+        agroup = uniq[:, 0]
+        n_groups = self.masks.shape[1]
+        per_group = np.bincount(agroup, minlength=n_groups)
+        width = int(per_group.max())
+        pos = np.arange(len(uniq)) - (np.cumsum(per_group) - per_group)[agroup]
+        root = np.zeros((n_groups, width))
+        root[agroup, pos] = np.sqrt(size)
+        pad = np.zeros((n_groups, width, width))
+        real = np.zeros((n_groups, width), dtype=bool)
+        real[agroup, pos] = True
+        pad[:, np.arange(width), np.arange(width)] = ~real
+        xt = np.zeros((n_groups, width, self.p))
+        xt[agroup, pos] = root[agroup, pos][:, None] * means
+        outer = root[:, :, None] * root[:, None, :]
+        blocks = []
+        for k in range(self.k):
+            cluster = np.full((n_groups, width), -1)
+            cluster[agroup, pos] = uniq[:, 1 + k]
+            same = (cluster[:, :, None] == cluster[:, None, :]) & real[:, :, None]
+            blocks.append(np.where(same, outer, 0.0))
+        for c in range(r):
+            inclass = np.zeros((n_groups, width))
+            inclass[agroup, pos] = aclass == c
+            blocks.append(inclass[:, :, None] * np.eye(width)[None])
+        return np.stack(blocks), xt, pad, within_n, within_xx
+
+    def satterthwaite_parts(
+        self, theta: Floats, free: list[int]
+    ) -> tuple[Floats, Floats, list[Floats]]:
+        """``C``, the inverse expected information over ``free`` and ``∂C/∂θ_i = C·B_i·C``.
+
+        From the atoms (:meth:`_atoms`): per group ``V`` on the atoms' indicators is inverted
+        directly and ``U = V⁻¹X``; ``tr(V⁻¹V_iV⁻¹V_k)``, ``UᵀV_kV⁻¹V_iU`` and ``B_i = UᵀV_iU``
+        summed over the groups, plus the contrasts within the atoms (``V = φ_r·I``: ``n_r/φ_r²``,
+        ``XᵀD_rX/φ_r³`` and ``XᵀD_rX/φ_r²`` for a residual class, nothing for a random term).
+        No ``ZᵀWZ``-sized difference is taken, so the df keep their digits at any sample size
+        (:meth:`information` is the fit's, whose rounding grows with ``ZᵀWZ``). ``C`` is
+        :meth:`gls`'s. Remembered per ``theta`` and ``free``.
+        """
+        key = (theta.tobytes(), tuple(free))
+        got = self._df_memo.get(key)
+        if got is not None:
+            return got
+        cmat = self.gls(theta)[0]
+        if self._atom_memo is None:
+            self._atom_memo = self._atoms()
+        blocks, xt, pad, within_n, within_xx = self._atom_memo
+        vinv = np.linalg.inv(np.einsum("i,igab->gab", theta, blocks) + pad)
+        u = vinv @ xt
+        d = blocks[free]
+        du = d @ u[None]
+        vd = vinv[None] @ d
+        t1 = np.einsum("igab,kgba->ik", vd, vd)
+        mid = np.einsum("kgap,gab,igbq->ikpq", du, vinv, du)
+        b = np.einsum("gap,igaq->ipq", u, du)
+        for ii, i in enumerate(free):
+            if i >= self.k:
+                phi = theta[i]
+                t1[ii, ii] += within_n[i - self.k] / phi**2
+                mid[ii, ii] += within_xx[i - self.k] / phi**3
+                b[ii] += within_xx[i - self.k] / phi**2
+        m = len(free)
+        info = np.zeros((m, m))
+        cb = [cmat @ b[ii] for ii in range(m)]
+        for ii in range(m):
+            for kk in range(ii + 1):
+                info[ii, kk] = info[kk, ii] = 0.5 * (
+                    t1[ii, kk]
+                    - 2 * float(np.trace(cmat @ mid[ii, kk]))
+                    + float(np.sum(cb[ii] * cb[kk].T))
+                )
+        try:
+            info_cov = np.asarray(np.linalg.inv(info)) if m else np.zeros((0, 0))
+        except np.linalg.LinAlgError:
+            info_cov = np.full((m, m), math.nan)
+        got = (cmat, info_cov, [c @ cmat for c in cb])
+        self._df_memo[key] = got
+        return got
+
     def cov_gradient(self, theta: Floats, free: list[int]) -> list[Floats]:
         """``∂(XᵀV⁻¹X)⁻¹/∂θ_i = C·(XᵀV⁻¹·∂V/∂θ_i·V⁻¹X)·C`` for each free parameter."""
-        cmat, (w, _, kzx, bz, _, _) = self._derived(theta)
-        return [cmat @ self._b(i, w, kzx, bz) @ cmat for i in free]
+        return self.satterthwaite_parts(theta, free)[2]
 
     def score(self, theta: Floats) -> Floats:
         """The exact REML score ``∂l_R/∂θ_i = −½·tr(P·V_i) + ½·eᵀV⁻¹V_iV⁻¹e`` for every parameter.
@@ -802,14 +928,9 @@ def _fit_reml(
         raise ValueError("the REML likelihood has no finite maximum")
     if warm is None or best_theta is not theta0:  # a kept warm start was checked above
         check_maximum(model, best_theta, names, label, exact=exact)
-    got = model.parts(best_theta)
-    assert got is not None
-    a = got[1]
-    cov = np.linalg.inv(a)
-    cov = (cov + cov.T) / 2
-    beta = cov @ got[2] + model.offset
+    cov, beta = model.gls(best_theta)
     free = _free(model, best_theta)
-    info_cov = _info_cov(model, best_theta, free, exact)
+    info_cov = model.satterthwaite_parts(best_theta, free)[1]
     return RemlFit(names, best_theta, best, beta, cov, free, info_cov, model)
 
 
@@ -984,22 +1105,12 @@ def fit_at(
     """The fit evaluated at given variance parameters (the registered model's)."""
     model = _Blocks(y, exog, groups, terms, classes)
     theta = np.asarray([float(v) for v in params], dtype=np.float64)
-    got = model.parts(theta)
-    if got is None:
+    if model.parts(theta) is None:
         raise ValueError("the REML likelihood is undefined at these variances")
-    cov = np.linalg.inv(got[1])
-    cov = (cov + cov.T) / 2
+    cov, beta = model.gls(theta)
     free = _free(model, theta)
-    return RemlFit(
-        names,
-        theta,
-        model.loglik(theta),
-        cov @ got[2] + model.offset,
-        cov,
-        free,
-        _info_cov(model, theta, free),
-        model,
-    )
+    info_cov = model.satterthwaite_parts(theta, free)[1]
+    return RemlFit(names, theta, model.loglik(theta), beta, cov, free, info_cov, model)
 
 
 DECREMENT_TOL = 1e-9
@@ -1189,20 +1300,6 @@ def check_maximum(
             f"boundary would gain {off[1]:.3g} in l_R by leaving it (> {DECREMENT_TOL:g}); "
             "not recorded"
         )
-
-
-def _info_cov(model: _Blocks, theta: Floats, free: list[int], exact: bool = False) -> Floats:
-    """Inverse expected REML information over the free parameters.
-
-    :meth:`_Blocks.information`; ``exact`` (``ledger plan``): the same matrix from
-    :meth:`_Blocks.derivatives`.
-    """
-    if not free:
-        return np.zeros((0, 0))
-    try:
-        return np.asarray(np.linalg.inv(_score_info(model, theta, free, exact)[1]))
-    except np.linalg.LinAlgError:
-        return np.full((len(free), len(free)), math.nan)
 
 
 def satterthwaite_contrast(

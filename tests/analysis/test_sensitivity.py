@@ -817,3 +817,34 @@ def test_a_likelihood_with_two_maxima_is_fitted_at_the_higher_on_both_sides() ->
     }
     read = _recorded_variances(json.loads(canonical_json(recorded)), "m", names, "values.models")
     assert read == (own.params.tolist(), None)
+
+
+def test_df_keep_their_digits_with_an_arm_near_ceiling_and_hundreds_of_trials_a_cell() -> None:
+    """An arm whose residual variance is near 0 (at ceiling) beside cells of 500 trials: the
+    Woodbury difference ``XᵀWX − ZᵀWX·K·ZᵀWX`` loses digits with the condition of
+    ``I + ΛZᵀWZΛ``, and the writer once recorded se and df 2-7e-7 off here, 1-3e-6 with 3,000
+    a cell (an honest 99,995-trial archive failed verification at 1e-6). ``gls`` and
+    ``satterthwaite_parts`` keep them: writer and verifier (its own atoms and Cholesky) agree
+    to 1e-9 (se, df) and 1e-8 (estimate, and p, which amplifies the estimate's rounding)."""
+    rng = np.random.default_rng(41)
+    sd = {"A": 0.01, "B": 0.25, "C": 0.28}
+    g, arm, y = [], [], []
+    for j in range(6):
+        u = rng.normal(0, 0.15)
+        for k, a in enumerate("ABC"):
+            w = rng.normal(0, 0.17)
+            y += list(0.3 * k + u + w + rng.normal(0, sd[a], 500))
+            g += [f"p{j}"] * 500
+            arm += [a] * 500
+    cell = [f"{p}|{a}" for p, a in zip(g, arm, strict=True)]
+    x = np.column_stack([np.ones(len(y))] + [[v == b for v in arm] for b in "BC"]).astype(float)
+    yv = np.array(y)
+    het = sens.fit_reml(yv, x, g, [g, cell], arm, ["group", "group_by_arm", "rA", "rB", "rC"])
+    assert het.params[2] < 1e-2 * het.params[3]  # the ceiling arm's residual variance
+    model = RemlModel(yv, x, g, [g, cell], arm)
+    for weights in (np.array([0.0, 1.0, 0.0]), np.array([0.0, 1.0, -1.0])):
+        mine = vst.satterthwaite(model, het.params, weights, "two-sided")
+        got = sens.satterthwaite_contrast(het, weights, "two-sided")
+        for key, rel in (("se", 1e-9), ("df", 1e-9), ("estimate", 1e-8), ("p", 1e-8)):
+            assert got[key] == pytest.approx(mine[key], rel=rel), key
+    assert het.cov == pytest.approx(model.point(het.params).cov, rel=1e-9)
