@@ -92,6 +92,26 @@ def _remember(memo: dict[Any, Any], key: Any, value: Any, size: int) -> None:
     memo[key] = value
 
 
+@dataclass(frozen=True)
+class _AtomBlocks:
+    """The groups' atoms (:meth:`_Blocks._atoms`), padded to ``s`` atoms a group.
+
+    ``d``: ``∂V/∂θ_i`` on the atoms' normalised indicators ``(m, G, s, s)``; ``x``, ``y``: ``X``
+    and ``y`` on them (``√m_a·x̄_a``, ``√m_a·ȳ_a``); ``pad``: the padding's identity; per
+    residual class the within-atom count ``n_r − atoms_r`` and sums of squares and products
+    ``Σ (x − x̄_a)(x − x̄_a)ᵀ``, ``Σ (x − x̄_a)(y − ȳ_a)``, ``Σ (y − ȳ_a)²``.
+    """
+
+    d: Floats
+    x: Floats
+    y: Floats
+    pad: Floats
+    within_n: Floats
+    within_xx: Floats
+    within_xy: Floats
+    within_yy: Floats
+
+
 class _Blocks:
     """Per-group sufficient statistics of ``V_j = R_j + Z_j·G·Z_jᵀ`` (no ``n_j × n_j`` matrix).
 
@@ -180,8 +200,8 @@ class _Blocks:
             self.yy[c] = float(yr @ yr)
             self.nr[c] = float(rows.size)
         self._eye = np.eye(q)
-        self._rows = (exog, gcode, col, ccode)  # for the atoms (satterthwaite_parts), on demand
-        self._atom_memo: tuple[Floats, Floats, Floats, Floats, Floats] | None = None
+        self._rows = (exog, y, gcode, col, ccode)  # for the atoms (:meth:`_atoms`), on demand
+        self._atom_memo: _AtomBlocks | None = None
         self._df_memo: dict[tuple[bytes, tuple[int, ...]], tuple[Floats, Floats, list[Floats]]] = {}
         # an evaluation keeps a few (groups, q, q) and (groups, q, p) blocks: between 16 and 64
         # points, within _MEMO_BYTES (the fit's repeats are a Hessian's 2m + 1 points apart)
@@ -262,10 +282,32 @@ class _Blocks:
         return got
 
     def _loglik(self, theta: Floats) -> float:
-        got = self.parts(theta)
-        if got is None:
+        """``l_R`` on the atoms (:meth:`_atoms`), keeping its digits at any sample size.
+
+        Per group ``V = LLᵀ`` on the atoms'
+        indicators, ``S_X = L⁻¹X``, ``S_y = L⁻¹y``; the contrasts within the atoms add
+        ``(n_r − atoms_r)·log φ_r`` and their sums of squares over ``φ_r``. No ``ZᵀWZ``-sized
+        difference is taken, so ``l_R`` keeps the digits the Newton steps compare (the
+        Woodbury form's rounding, ~1e-8 with thousands of trials a cell and an arm's residual
+        variance near 0, hid gains of 1e-9 from the line search).
+        """
+        if not np.all(np.isfinite(theta)):
             return -math.inf
-        logdet, a, b, c, _ = got
+        if np.any(theta[: self.k] < 0) or np.any(theta[self.k :] <= 0):
+            return -math.inf
+        at = self._atom_blocks()
+        phi = theta[self.k :]
+        try:
+            chol = np.linalg.cholesky(np.einsum("i,igab->gab", theta, at.d) + at.pad)
+        except np.linalg.LinAlgError:
+            return -math.inf
+        sx = np.linalg.solve(chol, at.x)
+        sy = np.linalg.solve(chol, at.y[:, :, None])[:, :, 0]
+        a = np.einsum("gap,gaq->pq", sx, sx) + np.einsum("r,rpq->pq", 1 / phi, at.within_xx)
+        b = np.einsum("gap,ga->p", sx, sy) + np.einsum("r,rp->p", 1 / phi, at.within_xy)
+        c = float(np.sum(sy * sy) + at.within_yy @ (1 / phi))
+        logdet = 2.0 * float(np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2))))
+        logdet += float(at.within_n @ np.log(phi))
         sign, logdet_a = np.linalg.slogdet(a)
         if sign <= 0:
             return -math.inf
@@ -327,16 +369,14 @@ class _Blocks:
         cov = (cov + cov.T) / 2
         return cov, cov @ (wxy - np.einsum("gap,ga->p", sx, sy)) + self.offset
 
-    def _atoms(self) -> tuple[Floats, Floats, Floats, Floats, Floats]:
+    def _atoms(self) -> _AtomBlocks:
         """Each group's *atoms* (rows sharing the group, every term's cluster and the class).
 
         ``V`` acts on an atom's normalised indicator ``1_a/√m_a`` as a small dense matrix and
-        on the contrasts within an atom as ``φ_class·I``. Returned, padded to the largest
-        group's number of atoms ``s``: ``∂V/∂θ_i`` on the indicators ``(m, G, s, s)``, ``X``
-        on them ``(G, s, p)`` (``√m_a·x̄_a``), the padding's identity ``(G, s, s)``, and per
-        class the within-atom count ``n_r − atoms_r`` and scatter ``Σ (x − x̄_a)(x − x̄_a)ᵀ``.
+        on the contrasts within an atom as ``φ_class·I``. Padded to the largest group's number
+        of atoms (a padded atom: 1 on ``V``'s diagonal, nothing else): :class:`_AtomBlocks`.
         """
-        exog, gcode, col, ccode = self._rows
+        exog, y, gcode, col, ccode = self._rows
         keys = np.column_stack([gcode, col.T, ccode])
         uniq, inverse, size = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
         inverse = inverse.reshape(-1)
@@ -346,12 +386,16 @@ class _Blocks:
         )
         means = sums / size[:, None]
         dev = exog - means[inverse]
+        ymeans = np.bincount(inverse, weights=y, minlength=len(uniq)) / size
+        ydev = y - ymeans[inverse]
         r = len(self.class_labels)
         aclass = uniq[:, -1]
         within_n = (np.bincount(ccode, minlength=r) - np.bincount(aclass, minlength=r)).astype(
             np.float64
         )
         within_xx = np.stack([dev[ccode == c].T @ dev[ccode == c] for c in range(r)])
+        within_xy = np.stack([dev[ccode == c].T @ ydev[ccode == c] for c in range(r)])
+        within_yy = np.array([float(ydev[ccode == c] @ ydev[ccode == c]) for c in range(r)])
         agroup = uniq[:, 0]
         n_groups = self.masks.shape[1]
         per_group = np.bincount(agroup, minlength=n_groups)
@@ -365,6 +409,8 @@ class _Blocks:
         pad[:, np.arange(width), np.arange(width)] = ~real
         xt = np.zeros((n_groups, width, self.p))
         xt[agroup, pos] = root[agroup, pos][:, None] * means
+        yt = np.zeros((n_groups, width))
+        yt[agroup, pos] = root[agroup, pos] * ymeans
         outer = root[:, :, None] * root[:, None, :]
         blocks = []
         for k in range(self.k):
@@ -376,7 +422,7 @@ class _Blocks:
             inclass = np.zeros((n_groups, width))
             inclass[agroup, pos] = aclass == c
             blocks.append(inclass[:, :, None] * np.eye(width)[None])
-        return np.stack(blocks), xt, pad, within_n, within_xx
+        return _AtomBlocks(np.stack(blocks), xt, yt, pad, within_n, within_xx, within_xy, within_yy)
 
     def satterthwaite_parts(
         self, theta: Floats, free: list[int]
@@ -396,9 +442,8 @@ class _Blocks:
         if got is not None:
             return got
         cmat = self.gls(theta)[0]
-        if self._atom_memo is None:
-            self._atom_memo = self._atoms()
-        blocks, xt, pad, within_n, within_xx = self._atom_memo
+        at = self._atom_blocks()
+        blocks, xt, pad, within_n, within_xx = at.d, at.x, at.pad, at.within_n, at.within_xx
         vinv = np.linalg.inv(np.einsum("i,igab->gab", theta, blocks) + pad)
         u = vinv @ xt
         d = blocks[free]
@@ -438,13 +483,10 @@ class _Blocks:
     def score(self, theta: Floats) -> Floats:
         """The exact REML score ``∂l_R/∂θ_i = −½·tr(P·V_i) + ½·eᵀV⁻¹V_iV⁻¹e`` for every parameter.
 
-        ``e = y − Xβ̂`` and ``tr(P·V_i) = tr(V⁻¹V_i) − tr(C·B_i)``; from the per-group blocks:
-        for a random term ``k``, ``tr(V⁻¹V_k) = Σ_j Σ_{a∈k} (ZᵀV⁻¹Z)_aa`` and
-        ``eᵀV⁻¹V_kV⁻¹e = Σ_j Σ_{a∈k} (ZᵀV⁻¹e)_a²``; for a residual class ``r`` (``V_r = D_r``),
-        ``tr(V⁻¹D_r) = w_r·n_r − w_r²·Σ_j tr(K·ZᵀD_rZ)`` and, with ``V⁻¹e = W(e − Z·t)``,
-        ``t = K·ZᵀWe``: ``eᵀV⁻¹D_rV⁻¹e = w_r²·(eᵀD_re − 2·tᵀZᵀD_re + tᵀ·ZᵀD_rZ·t)``. Analytic,
-        so its rounding does not grow as a finite difference of ``l_R`` does with ``n``.
-        Remembered per ``theta`` (the convergence check repeats the polish's last points).
+        ``e = y − Xβ̂`` and ``tr(P·V_i) = tr(V⁻¹V_i) − tr(C·B_i)``, computed on the groups'
+        atoms (:meth:`_score`). Analytic, so its rounding does not grow as a finite difference
+        of ``l_R`` does with ``n``. Remembered per ``theta`` (the convergence check repeats the
+        polish's last points).
         """
         key = theta.tobytes()
         got = self._score_memo.get(key)
@@ -453,36 +495,42 @@ class _Blocks:
             _remember(self._score_memo, key, got, self._memo_size)
         return got.copy()
 
+    def _atom_blocks(self) -> _AtomBlocks:
+        """:meth:`_atoms`, built once."""
+        if self._atom_memo is None:
+            self._atom_memo = self._atoms()
+        return self._atom_memo
+
     def _score(self, theta: Floats) -> Floats:
-        got = self.parts(theta)
-        if got is None:
+        """The score on the atoms (:meth:`_atoms`), ``β̂`` and ``C`` from :meth:`gls`.
+
+        ``tr(V⁻¹V_i)``, ``B_i`` and ``eᵀV⁻¹V_iV⁻¹e`` per group on the atoms' indicators (``V``
+        inverted directly), plus, for a residual class ``r``, the contrasts within its atoms:
+        ``(n_r − atoms_r)/φ_r``, ``XᵀD_rX/φ_r²`` and ``Σ e²/φ_r²`` from the within-atom sums of
+        squares. No ``ZᵀWZ``-sized difference is taken, so the score keeps its digits where a
+        cell holds thousands of trials and an arm's residual variance is near 0 (the Woodbury
+        form's rounding there, ~2·10⁻⁴ in ``log θ``, kept the fit from passing its own check).
+        """
+        if np.any(theta[: self.k] < 0) or np.any(theta[self.k :] <= 0):
             raise ValueError("the REML likelihood is undefined at these variances")
-        _, a, b, _, (w, s, zwx, kmat, kzx) = got
-        cmat = np.asarray(np.linalg.inv(a), dtype=np.float64)
-        beta = cmat @ b
-        bz = zwx - s @ kzx  # ZᵀV⁻¹X
-        qmat = s - s @ kmat @ s  # ZᵀV⁻¹Z
-        zwy = self._by_phi(theta[self.k :])[3]  # ZᵀWy, as parts computed it
-        zwe = zwy - zwx @ beta  # ZᵀWe
-        tvec = np.einsum("gab,gb->ga", kmat, zwe)  # K·ZᵀWe
-        zve = zwe - np.einsum("gab,gb->ga", s, tvec)  # ZᵀV⁻¹e
-        out = np.zeros(theta.size)
-        for k in range(self.k):
-            mask = self.masks[k]
-            trace = float(np.sum(mask * np.diagonal(qmat, axis1=1, axis2=2)))
-            quad = float(np.sum(mask * zve * zve))
-            out[k] = -0.5 * (trace - float(np.trace(cmat @ self._b(k, w, kzx, bz)))) + 0.5 * quad
+        if not np.all(np.isfinite(theta)):
+            raise ValueError("the REML likelihood is undefined at these variances")
+        cmat, beta = self.gls(theta)
+        beta = beta - self.offset
+        at = self._atom_blocks()
+        vinv = np.linalg.inv(np.einsum("i,igab->gab", theta, at.d) + at.pad)
+        u = vinv @ at.x
+        ve = np.einsum("gab,gb->ga", vinv, at.y - at.x @ beta)
+        trace = np.einsum("gab,igba->i", vinv, at.d)
+        b = np.einsum("gap,igab,gbq->ipq", u, at.d, u)
+        quad = np.einsum("ga,igab,gb->i", ve, at.d, ve)
         for r in range(len(self.class_labels)):
-            i = self.k + r
-            trace = float(w[r] * self.nr[r] - w[r] ** 2 * np.einsum("gab,gba->", kmat, self.zz[r]))
-            ede = float(self.yy[r] - 2 * beta @ self.xy[r] + beta @ self.xx[r] @ beta)
-            zde = self.zy[r] - self.zx[r] @ beta
-            quad = float(
-                w[r] ** 2
-                * (ede - 2 * np.sum(tvec * zde) + np.einsum("ga,gab,gb->", tvec, self.zz[r], tvec))
-            )
-            out[i] = -0.5 * (trace - float(np.trace(cmat @ self._b(i, w, kzx, bz)))) + 0.5 * quad
-        return out
+            i, phi = self.k + r, theta[self.k + r]
+            trace[i] += at.within_n[r] / phi
+            b[i] += at.within_xx[r] / phi**2
+            ss = at.within_yy[r] - 2 * beta @ at.within_xy[r] + beta @ at.within_xx[r] @ beta
+            quad[i] += ss / phi**2
+        return np.asarray(-0.5 * (trace - np.einsum("pq,iqp->i", cmat, b)) + 0.5 * quad)
 
     def information(self, theta: Floats, free: list[int]) -> Floats:
         """Expected REML information ``½·tr(P·∂V/∂θ_i·P·∂V/∂θ_k)`` over the free parameters.
