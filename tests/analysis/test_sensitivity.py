@@ -848,3 +848,28 @@ def test_df_keep_their_digits_with_an_arm_near_ceiling_and_hundreds_of_trials_a_
         for key, rel in (("se", 1e-9), ("df", 1e-9), ("estimate", 1e-8), ("p", 1e-8)):
             assert got[key] == pytest.approx(mine[key], rel=rel), key
     assert het.cov == pytest.approx(model.point(het.params).cov, rel=1e-9)
+
+
+def test_an_arm_near_ceiling_with_hundreds_of_trials_a_cell_is_fitted() -> None:
+    """One arm's residual standard deviation 0.005 beside 0.25-0.28, 300 trials a cell: with
+    the Woodbury form, ``l_R``'s rounding hid the last Newton steps' gains and the fit failed
+    its own check ("the REML fit failed", recorded as not fitted). On the atoms it is fitted,
+    and the verifier's own REML check accepts the point as the maximum."""
+    rng = np.random.default_rng(43)
+    sd = {"A": 0.005, "B": 0.25, "C": 0.28}
+    g, arm, y = [], [], []
+    for j in range(6):
+        u = rng.normal(0, 0.15)
+        for k, a in enumerate("ABC"):
+            w = rng.normal(0, 0.17)
+            y += list(0.3 * k + u + w + rng.normal(0, sd[a], 300))
+            g += [f"p{j}"] * 300
+            arm += [a] * 300
+    cell = [f"{p}|{a}" for p, a in zip(g, arm, strict=True)]
+    x = np.column_stack([np.ones(len(y))] + [[v == b for v in arm] for b in "BC"]).astype(float)
+    yv = np.array(y)
+    names = ["group", "group_by_arm", "rA", "rB", "rC"]
+    het = sens.fit_reml(yv, x, g, [g, cell], arm, names)
+    point, problem = vst_check(RemlModel(yv, x, g, [g, cell], arm), het.params)
+    assert problem is None
+    assert point.loglik == pytest.approx(het.loglik, rel=1e-9)
