@@ -126,6 +126,11 @@ def _first_seen_rank(gcode: npt.NDArray[np.intp], labels: Sequence[Any]) -> npt.
     return np.asarray(rank[inverse.reshape(-1)], dtype=np.intp)
 
 
+def _sum_groups(stack: Floats, axis: int = 1) -> Floats:
+    """``stack`` summed over its groups' axis (``ledger plan``'s derivatives, per-group blocks)."""
+    return np.asarray(np.sum(stack, axis=axis), dtype=np.float64)
+
+
 class _Blocks:
     """Per-group sufficient statistics of ``V_j = R_j + Z_j·G·Z_jᵀ`` (no ``n_j × n_j`` matrix).
 
@@ -530,8 +535,11 @@ class _Blocks:
         qmat = s - s @ kmat @ s  # ZᵀV⁻¹Z
         tmat = self._eye - kmat @ s  # V⁻¹Z = W·Z·T
         zdy = zxt - self.zz @ at  # ZᵀD_rỸ, Ỹ = X̃ − Z·Ã
-        zxa = np.einsum("rgap,gaq->rpq", zxt, at)
-        ydy = xxt - zxa - zxa.transpose(0, 2, 1) + np.einsum("gap,rgab,gbq->rpq", at, self.zz, at)
+        # the contractions over groups as stacked q × q and q × (p + 1) products summed over
+        # the groups (np.einsum's several-operand loops took most of the time at these sizes)
+        at_t = at.transpose(0, 2, 1)
+        zxa = _sum_groups(zxt.transpose(0, 1, 3, 2) @ at)
+        ydy = xxt - zxa - zxa.transpose(0, 2, 1) + _sum_groups(at_t @ self.zz @ at)
         mb = self.masks[..., None] * bzt  # (k, g, q, p + 1): M_k·ZᵀŨ
         # H_i = ŨᵀV_iŨ
         hmat = np.concatenate(
@@ -540,22 +548,27 @@ class _Blocks:
         # G_ij = ŨᵀV_iV⁻¹V_jŨ
         m = k + r
         gmat = np.zeros((m, m, p + 1, p + 1))
-        gmat[:k, :k] = np.einsum("kgap,gab,lgbq->klpq", mb, qmat, mb)
-        tmb = np.einsum("gab,lgbq->lgaq", tmat, mb)
-        g_rt = w2[:, None, None, None] * np.einsum("rgap,lgaq->rlpq", zdy, tmb)
+        mb_t = mb.transpose(0, 1, 3, 2)
+        gmat[:k, :k] = _sum_groups(mb_t[:, None] @ (qmat @ mb)[None], axis=2)
+        tmb = tmat @ mb
+        zdy_t = zdy.transpose(0, 1, 3, 2)
+        g_rt = w2[:, None, None, None] * _sum_groups(zdy_t[:, None] @ tmb[None], axis=2)
         gmat[k:, :k] = g_rt
         gmat[:k, k:] = g_rt.transpose(1, 0, 3, 2)
-        kzdy = np.einsum("gab,sgbq->sgaq", kmat, zdy)
-        g_rs = -np.einsum("r,s,rgap,sgaq->rspq", w2, w2, zdy, kzdy)
+        kzdy = kmat @ zdy
+        g_rs = -np.outer(w2, w2)[:, :, None, None] * _sum_groups(
+            zdy_t[:, None] @ kzdy[None], axis=2
+        )
         g_rs[np.arange(r), np.arange(r)] += (w2 * w)[:, None, None] * ydy
         gmat[k:, k:] = g_rs
         # tr(V⁻¹V_iV⁻¹V_j) and tr(V⁻¹V_i)
         tau = np.zeros((m, m))
         tau[:k, :k] = np.einsum("kga,gab,lgb->kl", self.masks, qmat * qmat, self.masks)
-        tst = np.einsum("gba,rgbc,gca->rga", tmat, self.zz, tmat)
+        tmat_t = tmat.transpose(0, 2, 1)
+        tst = np.sum((tmat_t @ self.zz) * tmat_t, axis=-1)  # diag(TᵀZᵀD_rZT) per group
         t_rt = w2[:, None] * np.einsum("tga,rga->rt", self.masks, tst)
         tau[k:, :k], tau[:k, k:] = t_rt, t_rt.T
-        kz = np.einsum("gab,rgbc->rgac", kmat, self.zz)
+        kz = kmat @ self.zz
         tr_kz = np.einsum("rgaa->r", kz)
         tau[k:, k:] = np.outer(w2, w2) * np.einsum("rgac,sgca->rs", kz, kz)
         tau[k:, k:] += np.diag(self.nr * w2 - 2 * w2 * w * tr_kz)
