@@ -16,15 +16,14 @@ per probe: no ``n_j × n_j`` matrix); the verifier has an independent one (``ver
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
-from scipy import optimize
-from scipy import stats as sps
+from scipy import optimize, special
 from threadpoolctl import ThreadpoolController
 
 __all__ = [
@@ -112,6 +111,46 @@ class _AtomBlocks:
     within_yy: Floats
 
 
+def _factorize(values: Sequence[Any]) -> tuple[list[str], npt.NDArray[np.intp]]:
+    """The distinct values (as ``str``, sorted by code point) and each value's position there.
+
+    What ``np.unique(..., return_inverse=True)`` gives for an array of the strings, with a
+    dictionary instead of a sort of the strings (a few times faster at these sizes).
+    """
+    index: dict[str, int] = {}
+    seen = np.fromiter(
+        (index.setdefault(str(v), len(index)) for v in values), dtype=np.intp, count=len(values)
+    )
+    labels = sorted(index)
+    remap = np.empty(len(labels), dtype=np.intp)
+    remap[[index[x] for x in labels]] = np.arange(len(labels))
+    return labels, remap[seen]
+
+
+def _first_seen_rank(gcode: npt.NDArray[np.intp], labels: Sequence[Any]) -> npt.NDArray[np.intp]:
+    """Per row, the rank of its label among its group's labels in order of first appearance.
+
+    Row ``i`` of group ``gcode[i]`` gets ``j`` when its label (as ``str``) is the ``j``-th
+    distinct one that group shows, reading the rows in order (0-based): a random term's column
+    within the group (:class:`_Blocks`).
+    """
+    names, lcode = _factorize(labels)
+    key = gcode.astype(np.int64) * max(1, len(names)) + lcode
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # the distinct (group, label) by first row
+    group = gcode[first[order]]
+    by_group = np.argsort(group, kind="stable")  # within a group: still by first row
+    starts = np.searchsorted(group[by_group], group[by_group], side="left")
+    rank = np.empty(order.size, dtype=np.intp)
+    rank[order[by_group]] = np.arange(order.size) - starts
+    return np.asarray(rank[inverse.reshape(-1)], dtype=np.intp)
+
+
+def _sum_groups(stack: Floats, axis: int = 1) -> Floats:
+    """``stack`` summed over its groups' axis (``ledger plan``'s derivatives, per-group blocks)."""
+    return np.asarray(np.sum(stack, axis=axis), dtype=np.float64)
+
+
 class _Blocks:
     """Per-group sufficient statistics of ``V_j = R_j + Z_j·G·Z_jᵀ`` (no ``n_j × n_j`` matrix).
 
@@ -139,32 +178,26 @@ class _Blocks:
         # Woodbury differences (yᵀWy − ...) do not cancel; β̂ is shifted back by ``offset``
         self.offset = np.linalg.lstsq(exog, y, rcond=None)[0]
         y = y - exog @ self.offset
-        self.class_labels = sorted(set(classes))
+        self.class_labels, ccode = _factorize(classes)
         self.k = len(terms)
-        glabels, gcode = np.unique(np.asarray([str(g) for g in groups]), return_inverse=True)
-        ccode = np.searchsorted(
-            np.asarray(self.class_labels), np.asarray([str(c) for c in classes])
-        )
-        n_groups = glabels.size
+        glabels, gcode = _factorize(groups)
+        n_groups = len(glabels)
         col = np.zeros((self.k, self.n), dtype=np.intp)
         width = np.zeros(n_groups, dtype=np.intp)
-        term_cols: list[tuple[int, int]] = []  # (group, term) of every column, in order
+        spans: list[tuple[Any, Any]] = []  # each term's columns per group: [start, stop)
         for k, labels in enumerate(terms):
-            seen: dict[tuple[int, str], int] = {}
-            for i, (g, lab) in enumerate(zip(gcode.tolist(), labels, strict=True)):
-                key = (g, str(lab))
-                if key not in seen:
-                    seen[key] = int(width[g])
-                    width[g] += 1
-                    term_cols.append((g, k))
-                col[k, i] = seen[key]
+            start = width.copy()
+            col[k] = start[gcode] + _first_seen_rank(gcode, labels)
+            width = start + np.bincount(
+                np.unique(col[k] * n_groups + gcode) % n_groups, minlength=n_groups
+            ).astype(np.intp)
+            spans.append((start, width.copy()))
         q = int(width.max()) if n_groups else 0
         self.q = q
         self.term_of_col = np.full((n_groups, q), -1, dtype=np.intp)
-        counters = np.zeros(n_groups, dtype=np.intp)
-        for g, k in term_cols:
-            self.term_of_col[g, counters[g]] = k
-            counters[g] += 1
+        at = np.arange(q)
+        for k, (lo, hi) in enumerate(spans):
+            self.term_of_col[(at >= lo[:, None]) & (at < hi[:, None])] = k
         self.masks = (
             np.stack([(self.term_of_col == k).astype(np.float64) for k in range(self.k)])
             if self.k
@@ -178,23 +211,29 @@ class _Blocks:
         self.xy = np.zeros((r, self.p))
         self.yy = np.zeros(r)
         self.nr = np.zeros(r)
+        # every (class, group, column) cell's sums in one np.bincount each, which adds its
+        # weights in row order: each cell takes its rows of one term, so the same sums in the
+        # same order as one bincount per class and term (and np.add.at before): the same bits
+        if self.k:
+            at = (ccode * n_groups + gcode)[None, :] * q + col  # (term, row): the cell
+            pair = (at[:, None, :] * q + col[None, :, :]).reshape(-1)  # every term pair
+            self.zz = (
+                np.bincount(pair, minlength=r * n_groups * q * q)
+                .reshape(r, n_groups, q, q)
+                .astype(np.float64)
+            )
+            flat = at.reshape(-1)
+            zx = np.bincount(
+                (flat[None, :] * self.p + np.arange(self.p)[:, None]).reshape(-1),
+                weights=np.tile(exog.T, (1, self.k)).reshape(-1),
+                minlength=r * n_groups * q * self.p,
+            )
+            self.zx = np.asarray(zx, dtype=np.float64).reshape(r, n_groups, q, self.p)
+            zy = np.bincount(flat, weights=np.tile(y, self.k), minlength=r * n_groups * q)
+            self.zy = np.asarray(zy, dtype=np.float64).reshape(r, n_groups, q)
         for c in range(r):
             rows = np.flatnonzero(ccode == c)
-            g, xr, yr = gcode[rows], exog[rows], y[rows]
-            # np.bincount sums its weights in row order, as np.add.at did: the same bits
-            for k in range(self.k):
-                at = g * q + col[k, rows]  # (group, column) flattened
-                for m in range(self.k):
-                    self.zz[c] += np.bincount(
-                        at * q + col[m, rows], minlength=n_groups * q * q
-                    ).reshape(n_groups, q, q)
-                for j in range(self.p):
-                    self.zx[c][:, :, j] += np.bincount(
-                        at, weights=xr[:, j], minlength=n_groups * q
-                    ).reshape(n_groups, q)
-                self.zy[c] += np.bincount(at, weights=yr, minlength=n_groups * q).reshape(
-                    n_groups, q
-                )
+            xr, yr = exog[rows], y[rows]
             self.xx[c] = xr.T @ xr
             self.xy[c] = xr.T @ yr
             self.yy[c] = float(yr @ yr)
@@ -670,8 +709,11 @@ class _Blocks:
         qmat = s - s @ kmat @ s  # ZᵀV⁻¹Z
         tmat = self._eye - kmat @ s  # V⁻¹Z = W·Z·T
         zdy = zxt - self.zz @ at  # ZᵀD_rỸ, Ỹ = X̃ − Z·Ã
-        zxa = np.einsum("rgap,gaq->rpq", zxt, at)
-        ydy = xxt - zxa - zxa.transpose(0, 2, 1) + np.einsum("gap,rgab,gbq->rpq", at, self.zz, at)
+        # the contractions over groups as stacked q × q and q × (p + 1) products summed over
+        # the groups (np.einsum's several-operand loops took most of the time at these sizes)
+        at_t = at.transpose(0, 2, 1)
+        zxa = _sum_groups(zxt.transpose(0, 1, 3, 2) @ at)
+        ydy = xxt - zxa - zxa.transpose(0, 2, 1) + _sum_groups(at_t @ self.zz @ at)
         mb = self.masks[..., None] * bzt  # (k, g, q, p + 1): M_k·ZᵀŨ
         # H_i = ŨᵀV_iŨ
         hmat = np.concatenate(
@@ -680,22 +722,27 @@ class _Blocks:
         # G_ij = ŨᵀV_iV⁻¹V_jŨ
         m = k + r
         gmat = np.zeros((m, m, p + 1, p + 1))
-        gmat[:k, :k] = np.einsum("kgap,gab,lgbq->klpq", mb, qmat, mb)
-        tmb = np.einsum("gab,lgbq->lgaq", tmat, mb)
-        g_rt = w2[:, None, None, None] * np.einsum("rgap,lgaq->rlpq", zdy, tmb)
+        mb_t = mb.transpose(0, 1, 3, 2)
+        gmat[:k, :k] = _sum_groups(mb_t[:, None] @ (qmat @ mb)[None], axis=2)
+        tmb = tmat @ mb
+        zdy_t = zdy.transpose(0, 1, 3, 2)
+        g_rt = w2[:, None, None, None] * _sum_groups(zdy_t[:, None] @ tmb[None], axis=2)
         gmat[k:, :k] = g_rt
         gmat[:k, k:] = g_rt.transpose(1, 0, 3, 2)
-        kzdy = np.einsum("gab,sgbq->sgaq", kmat, zdy)
-        g_rs = -np.einsum("r,s,rgap,sgaq->rspq", w2, w2, zdy, kzdy)
+        kzdy = kmat @ zdy
+        g_rs = -np.outer(w2, w2)[:, :, None, None] * _sum_groups(
+            zdy_t[:, None] @ kzdy[None], axis=2
+        )
         g_rs[np.arange(r), np.arange(r)] += (w2 * w)[:, None, None] * ydy
         gmat[k:, k:] = g_rs
         # tr(V⁻¹V_iV⁻¹V_j) and tr(V⁻¹V_i)
         tau = np.zeros((m, m))
         tau[:k, :k] = np.einsum("kga,gab,lgb->kl", self.masks, qmat * qmat, self.masks)
-        tst = np.einsum("gba,rgbc,gca->rga", tmat, self.zz, tmat)
+        tmat_t = tmat.transpose(0, 2, 1)
+        tst = np.sum((tmat_t @ self.zz) * tmat_t, axis=-1)  # diag(TᵀZᵀD_rZT) per group
         t_rt = w2[:, None] * np.einsum("tga,rga->rt", self.masks, tst)
         tau[k:, :k], tau[:k, k:] = t_rt, t_rt.T
-        kz = np.einsum("gab,rgbc->rgac", kmat, self.zz)
+        kz = kmat @ self.zz
         tr_kz = np.einsum("rgaa->r", kz)
         tau[k:, k:] = np.outer(w2, w2) * np.einsum("rgac,sgca->rs", kz, kz)
         tau[k:, k:] += np.diag(self.nr * w2 - 2 * w2 * w * tr_kz)
@@ -1367,12 +1414,15 @@ def satterthwaite_contrast(
     denom = float(g @ fit.info_cov @ g) if g.size else 0.0
     df = 2 * var * var / denom if denom > 0 else math.inf
     t = est / se if se > 0 else math.nan
+    # scipy.stats.t's sf and ppf are special.stdtr(df, −t) and special.stdtrit(df, q) behind
+    # argument checks that cost more than the fit's arithmetic; called directly (the same
+    # function on the same doubles: the same bits, nan where the checks give nan)
     if sides == "one-sided":
-        p = float(sps.t.sf(t, df))
-        lower, upper = est - float(sps.t.ppf(conf, df)) * se, math.inf
+        p = float(special.stdtr(df, -t))
+        lower, upper = est - float(special.stdtrit(df, conf)) * se, math.inf
     else:
-        p = float(2 * sps.t.sf(abs(t), df))
-        q = float(sps.t.ppf(0.5 + conf / 2, df))
+        p = float(2 * special.stdtr(df, -abs(t)))
+        q = float(special.stdtrit(df, 0.5 + conf / 2))
         lower, upper = est - q * se, est + q * se
     return {
         "estimate": est,
@@ -1387,6 +1437,45 @@ def satterthwaite_contrast(
     }
 
 
+_BOOTSTRAP_MEMO: dict[tuple[int, int, int], npt.NDArray[np.int64]] = {}
+_BOOTSTRAP_MEMO_ENTRIES = 1 << 21
+"""At most this many indices are remembered by :func:`_bootstrap_indices` (16 MiB)."""
+
+
+def _bootstrap_indices(
+    seed: int, iterations: int, n: int, rows: int
+) -> Iterator[tuple[int, npt.NDArray[np.int64]]]:
+    """The cluster bootstrap's index blocks: ``(first row, block)`` in draw order.
+
+    Each block is ``PCG64(seed).integers(0, n, size=(rows, n))`` in turn (the last shorter).
+    They depend on ``(seed, iterations, n)`` alone, which every simulated study of a plan
+    shares, so they are drawn once and remembered (up to :data:`_BOOTSTRAP_MEMO_ENTRIES`
+    indices in all); the same indices, so the same replicates, bit for bit.
+    """
+    key = (seed, iterations, n)
+    got = _BOOTSTRAP_MEMO.get(key)
+    if got is None:
+        rng = np.random.Generator(np.random.PCG64(seed))
+        got = (
+            np.concatenate(
+                [
+                    rng.integers(0, n, size=(min(iterations, start + rows) - start, n))
+                    for start in range(0, iterations, rows)
+                ]
+            )
+            if iterations > 0
+            else np.zeros((0, n), dtype=np.int64)
+        )
+        if got.size <= _BOOTSTRAP_MEMO_ENTRIES:
+            while (
+                sum(v.size for v in _BOOTSTRAP_MEMO.values()) + got.size > _BOOTSTRAP_MEMO_ENTRIES
+            ):
+                del _BOOTSTRAP_MEMO[next(iter(_BOOTSTRAP_MEMO))]
+            _BOOTSTRAP_MEMO[key] = got
+    for start in range(0, iterations, rows):
+        yield start, got[start : start + rows]
+
+
 def cluster_bootstrap(
     diffs: Floats, iterations: int, seed: int, sides: str, conf: float = 0.95
 ) -> dict[str, Any]:
@@ -1396,12 +1485,10 @@ def cluster_bootstrap(
     of ``max(1, 2**18 // G)`` rows; one-sided: the lower bound is the ``1 − conf`` quantile.
     """
     n = diffs.size
-    rng = np.random.Generator(np.random.PCG64(seed))
     reps = np.empty(iterations)
     rows = max(1, (1 << 18) // n)
-    for start in range(0, iterations, rows):
-        stop = min(iterations, start + rows)
-        reps[start:stop] = diffs[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
+    for start, block in _bootstrap_indices(seed, iterations, n, rows):
+        reps[start : start + block.shape[0]] = diffs[block].mean(axis=1)
     if sides == "one-sided":
         lower = float(np.quantile(reps, round(1 - conf, 12)))
         upper = math.inf

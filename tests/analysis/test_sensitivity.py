@@ -136,6 +136,78 @@ def test_cluster_bootstrap_follows_the_documented_draw_order() -> None:
     assert (mirror["lower"], mirror["upper"]) == (got["lower"], got["upper"])
 
 
+def test_bootstrap_index_blocks_are_drawn_once_in_the_documented_chunks() -> None:
+    """The remembered index blocks are the chunked draws ``PCG64(seed)`` gives, block by block
+    (``2**18 // G`` rows each): 100,000 probes make chunks of 2 rows, so 5 iterations are three
+    calls; a second contrast of as many probes reuses them, with its own differences."""
+    rng = np.random.default_rng(3)
+    first, second = rng.normal(size=100_000), rng.normal(size=100_000)
+    sens._BOOTSTRAP_MEMO.clear()
+    got = sens.cluster_bootstrap(first, 5, 11, "two-sided")
+    assert (11, 5, 100_000) in sens._BOOTSTRAP_MEMO
+    again = sens.cluster_bootstrap(second, 5, 11, "one-sided")
+    draws = np.random.Generator(np.random.PCG64(11))
+    index = np.concatenate([draws.integers(0, 100_000, size=(m, 100_000)) for m in (2, 2, 1)])
+    for diffs, result, sides in ((first, got, "two-sided"), (second, again, "one-sided")):
+        reps = diffs[index].mean(axis=1)
+        if sides == "two-sided":
+            want = tuple(np.quantile(reps, [0.025, 0.975]))
+        else:
+            want = (np.quantile(reps, 0.05), math.inf)
+        assert (result["lower"], result["upper"]) == want
+
+
+def test_block_labels_are_coded_as_sorted_strings_and_columns_by_first_appearance() -> None:
+    """:class:`_Blocks`' label coding: ``_factorize`` is ``np.unique`` of the labels as strings;
+    ``_first_seen_rank`` numbers each group's labels in the order the rows show them."""
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        n = int(rng.integers(1, 200))
+        labels: list[Any] = [
+            f"s{int(v)}" if v % 3 else int(v) for v in rng.integers(0, 12, size=n).tolist()
+        ]
+        names, codes = sens._factorize(labels)
+        want_names, want_codes = np.unique([str(v) for v in labels], return_inverse=True)
+        assert names == want_names.tolist() and codes.tolist() == want_codes.tolist()
+        gcode = rng.integers(0, 4, size=n).astype(np.intp)
+        seen: dict[tuple[int, str], int] = {}
+        width: dict[int, int] = {}
+        want = []
+        for g, lab in zip(gcode.tolist(), labels, strict=True):
+            if (g, str(lab)) not in seen:
+                seen[(g, str(lab))] = width.get(g, 0)
+                width[g] = width.get(g, 0) + 1
+            want.append(seen[(g, str(lab))])
+        assert sens._first_seen_rank(gcode, labels).tolist() == want
+
+
+def test_satterthwaite_tails_are_scipy_t_bit_for_bit() -> None:
+    """``satterthwaite_contrast`` calls ``scipy.special.stdtr``/``stdtrit`` directly: its p and
+    bounds are those of ``scipy.stats.t``'s ``sf`` and ``ppf``, the same bits."""
+    from scipy import stats as sps
+
+    d = _balanced(4, probes=5)
+    fit = sens.fit_reml(
+        d["y"],
+        d["x"],
+        d["g"],
+        [d["g"], d["cell"]],
+        [""] * d["y"].size,
+        ["group", "group_by_arm", "residual"],
+    )
+    weights = np.array([0.0, 1.0, 0.0])
+    for sides in ("one-sided", "two-sided"):
+        c = sens.satterthwaite_contrast(fit, weights, sides)
+        t, df, se = c["t"], c["df"], c["se"]
+        if sides == "one-sided":
+            assert c["p"] == float(sps.t.sf(t, df))
+            assert c["lower"] == c["estimate"] - float(sps.t.ppf(0.95, df)) * se
+        else:
+            assert c["p"] == float(2 * sps.t.sf(abs(t), df))
+            q = float(sps.t.ppf(0.975, df))
+            assert (c["lower"], c["upper"]) == (c["estimate"] - q * se, c["estimate"] + q * se)
+
+
 # ------------------------------------------------------------------------------ the result
 
 PLAN: dict[str, Any] = {
