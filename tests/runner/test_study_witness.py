@@ -504,7 +504,7 @@ def test_an_unreachable_witness_stops_the_run_before_any_request(
     )
     with pytest.raises(WitnessUnavailable, match="locked, but the registration checkpoint"):
         lock_study(root, key)
-    with pytest.raises(WitnessUnavailable, match="stayed unreachable for 0.3 s") as info:
+    with pytest.raises(WitnessUnavailable, match=r"stayed unreachable for 0\.3 s") as info:
         run(root)
     assert "nothing more was sent" in str(info.value)
     with Ledger.open(root / "ledger.db", readonly=True) as log:
