@@ -777,49 +777,55 @@ def test_a_valid_envelope_with_flipped_bytes_is_refused(
 # ---------------------------------------------------------------------- several processes
 
 
-def test_two_service_processes_on_one_postgresql_sequence_one_chain(
-    pg_server: Any, tmp_path: Path
-) -> None:
-    name = f"two-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
+@pytest.fixture(scope="module")
+def two_services(pg_server: Any) -> Iterator[list[str]]:
+    """Two `ledger serve --allow-create` processes on the one PostgreSQL: their base URLs.
+
+    Shared by the tests below that use the default turn; each works on a study of its own.
+    """
     procs = [serve(pg_server.url(), "--allow-create") for _ in range(2)]
     try:
-        urls = [f"{base}/{name}" for _, base in procs]
-        with Ledger.create(urls[0], origin=ORIGIN, key=OWNER) as log:
-            log.add_key(RUNNER.vkey, "runner", key=OWNER)
-        with Ledger.open(urls[0]) as a, Ledger.open(urls[1]) as b, Ledger.open(" ".join(urls)) as c:
-            for i in range(4):
-                a.append("run.started", {"via": 0, "i": i}, key=RUNNER)
-                b.append("run.started", {"via": 1, "i": i}, key=RUNNER)
-                c.append("run.started", {"via": "both", "i": i}, key=RUNNER)
-            c.sign_checkpoint(OWNER)
-            assert c.size == 14 and a.root() == b.root() == c.root()
-            events = list(c.events())
-            assert c.root() == root_from_leaf_hashes([e.leaf_hash for e in events])
-        assert [e.seq for e in events] == list(range(14))
-        assert all(e.prev == events[e.seq - 1].leaf_hash.hex() for e in events[1:])
+        yield [base for _, base in procs]
     finally:
         for proc, _ in procs:
             stop(proc)
 
 
-def test_turns_hold_across_two_service_processes_on_one_postgresql(pg_server: Any) -> None:
+def test_two_service_processes_on_one_postgresql_sequence_one_chain(
+    two_services: list[str],
+) -> None:
+    name = f"two-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
+    urls = [f"{base}/{name}" for base in two_services]
+    with Ledger.create(urls[0], origin=ORIGIN, key=OWNER) as log:
+        log.add_key(RUNNER.vkey, "runner", key=OWNER)
+    with Ledger.open(urls[0]) as a, Ledger.open(urls[1]) as b, Ledger.open(" ".join(urls)) as c:
+        for i in range(4):
+            a.append("run.started", {"via": 0, "i": i}, key=RUNNER)
+            b.append("run.started", {"via": 1, "i": i}, key=RUNNER)
+            c.append("run.started", {"via": "both", "i": i}, key=RUNNER)
+        c.sign_checkpoint(OWNER)
+        assert c.size == 14 and a.root() == b.root() == c.root()
+        events = list(c.events())
+        assert c.root() == root_from_leaf_hashes([e.leaf_hash for e in events])
+    assert [e.seq for e in events] == list(range(14))
+    assert all(e.prev == events[e.seq - 1].leaf_hash.hex() for e in events[1:])
+
+
+def test_turns_hold_across_two_service_processes_on_one_postgresql(
+    two_services: list[str],
+) -> None:
     """A turn is the PostgreSQL row lock of the sequencer, held by the process that gave it:
     writers spread over two processes each lose at most once per append."""
     name = f"turns-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
-    procs = [serve(pg_server.url(), "--allow-create") for _ in range(2)]
-    try:
-        urls = [f"{base}/{name}" for _, base in procs]
-        with Ledger.create(urls[0], origin=ORIGIN, key=OWNER) as log:
-            log.add_key(RUNNER.vkey, "runner", key=OWNER)
-        lost = _race([urls[0], urls[1], " ".join(urls)], 3, 6)
-        assert len(lost) == 18 and max(lost) <= 1
-        with Ledger.open(urls[1]) as log:
-            events = list(log.events())
-        assert [e.seq for e in events] == list(range(20))
-        assert all(e.prev == events[e.seq - 1].leaf_hash.hex() for e in events[1:])
-    finally:
-        for proc, _ in procs:
-            stop(proc)
+    urls = [f"{base}/{name}" for base in two_services]
+    with Ledger.create(urls[0], origin=ORIGIN, key=OWNER) as log:
+        log.add_key(RUNNER.vkey, "runner", key=OWNER)
+    lost = _race([urls[0], urls[1], " ".join(urls)], 3, 6)
+    assert len(lost) == 18 and max(lost) <= 1
+    with Ledger.open(urls[1]) as log:
+        events = list(log.events())
+    assert [e.seq for e in events] == list(range(20))
+    assert all(e.prev == events[e.seq - 1].leaf_hash.hex() for e in events[1:])
 
 
 def test_a_turn_sent_back_to_another_service_process_waits_for_it_then_appends_once(
