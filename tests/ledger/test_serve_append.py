@@ -581,6 +581,21 @@ def test_bad_input_gets_a_4xx_with_the_reason_nothing_appended_and_the_service_s
         assert _head(url)["size"] == before, name
 
 
+@pytest.fixture(scope="module")
+def read_only_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A service (no --allow-create) over a store holding one empty study 'demo': its base URL.
+
+    Shared by the table of bad requests below: none of them changes the store.
+    """
+    store = tmp_path_factory.mktemp("bad-requests") / "store"
+    store.mkdir()
+    with Ledger.create(store / "demo.db", origin=ORIGIN, key=OWNER):
+        pass
+    svc = AppendService(StoreRoot.parse(str(store)))
+    with LocalTiles(None, service=svc) as server:
+        yield server.url
+
+
 @pytest.mark.parametrize(
     ("method", "path", "status", "message"),
     [
@@ -597,19 +612,13 @@ def test_bad_input_gets_a_4xx_with_the_reason_nothing_appended_and_the_service_s
     ],
 )
 def test_bad_requests_name_the_reason(
-    tmp_path: Path, method: str, path: str, status: int, message: str
+    read_only_service: str, method: str, path: str, status: int, message: str
 ) -> None:
-    store = tmp_path / "store"
-    store.mkdir()
-    with Ledger.create(store / "demo.db", origin=ORIGIN, key=OWNER):
-        pass
-    svc = AppendService(StoreRoot.parse(str(store)))
-    with LocalTiles(None, service=svc) as server:
-        answer = plain_http.request(
-            method, server.url + path, json={} if method == "POST" else None
-        )
-        assert answer.status_code == status, answer.text
-        assert message in answer.json()["error"]
+    answer = plain_http.request(
+        method, read_only_service + path, json={} if method == "POST" else None
+    )
+    assert answer.status_code == status, answer.text
+    assert message in answer.json()["error"]
 
 
 def test_reads_of_envelopes_and_blobs_need_a_signature_of_a_registered_key(
