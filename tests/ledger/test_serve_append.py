@@ -581,6 +581,21 @@ def test_bad_input_gets_a_4xx_with_the_reason_nothing_appended_and_the_service_s
         assert _head(url)["size"] == before, name
 
 
+@pytest.fixture(scope="module")
+def read_only_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A service (no --allow-create) over a store holding one empty study 'demo': its base URL.
+
+    Shared by the table of bad requests below: none of them changes the store.
+    """
+    store = tmp_path_factory.mktemp("bad-requests") / "store"
+    store.mkdir()
+    with Ledger.create(store / "demo.db", origin=ORIGIN, key=OWNER):
+        pass
+    svc = AppendService(StoreRoot.parse(str(store)))
+    with LocalTiles(None, service=svc) as server:
+        yield server.url
+
+
 @pytest.mark.parametrize(
     ("method", "path", "status", "message"),
     [
@@ -597,19 +612,13 @@ def test_bad_input_gets_a_4xx_with_the_reason_nothing_appended_and_the_service_s
     ],
 )
 def test_bad_requests_name_the_reason(
-    tmp_path: Path, method: str, path: str, status: int, message: str
+    read_only_service: str, method: str, path: str, status: int, message: str
 ) -> None:
-    store = tmp_path / "store"
-    store.mkdir()
-    with Ledger.create(store / "demo.db", origin=ORIGIN, key=OWNER):
-        pass
-    svc = AppendService(StoreRoot.parse(str(store)))
-    with LocalTiles(None, service=svc) as server:
-        answer = plain_http.request(
-            method, server.url + path, json={} if method == "POST" else None
-        )
-        assert answer.status_code == status, answer.text
-        assert message in answer.json()["error"]
+    answer = plain_http.request(
+        method, read_only_service + path, json={} if method == "POST" else None
+    )
+    assert answer.status_code == status, answer.text
+    assert message in answer.json()["error"]
 
 
 def test_reads_of_envelopes_and_blobs_need_a_signature_of_a_registered_key(
@@ -777,49 +786,55 @@ def test_a_valid_envelope_with_flipped_bytes_is_refused(
 # ---------------------------------------------------------------------- several processes
 
 
-def test_two_service_processes_on_one_postgresql_sequence_one_chain(
-    pg_server: Any, tmp_path: Path
-) -> None:
-    name = f"two-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
+@pytest.fixture(scope="module")
+def two_services(pg_server: Any) -> Iterator[list[str]]:
+    """Two `ledger serve --allow-create` processes on the one PostgreSQL: their base URLs.
+
+    Shared by the tests below that use the default turn; each works on a study of its own.
+    """
     procs = [serve(pg_server.url(), "--allow-create") for _ in range(2)]
     try:
-        urls = [f"{base}/{name}" for _, base in procs]
-        with Ledger.create(urls[0], origin=ORIGIN, key=OWNER) as log:
-            log.add_key(RUNNER.vkey, "runner", key=OWNER)
-        with Ledger.open(urls[0]) as a, Ledger.open(urls[1]) as b, Ledger.open(" ".join(urls)) as c:
-            for i in range(4):
-                a.append("run.started", {"via": 0, "i": i}, key=RUNNER)
-                b.append("run.started", {"via": 1, "i": i}, key=RUNNER)
-                c.append("run.started", {"via": "both", "i": i}, key=RUNNER)
-            c.sign_checkpoint(OWNER)
-            assert c.size == 14 and a.root() == b.root() == c.root()
-            events = list(c.events())
-            assert c.root() == root_from_leaf_hashes([e.leaf_hash for e in events])
-        assert [e.seq for e in events] == list(range(14))
-        assert all(e.prev == events[e.seq - 1].leaf_hash.hex() for e in events[1:])
+        yield [base for _, base in procs]
     finally:
         for proc, _ in procs:
             stop(proc)
 
 
-def test_turns_hold_across_two_service_processes_on_one_postgresql(pg_server: Any) -> None:
+def test_two_service_processes_on_one_postgresql_sequence_one_chain(
+    two_services: list[str],
+) -> None:
+    name = f"two-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
+    urls = [f"{base}/{name}" for base in two_services]
+    with Ledger.create(urls[0], origin=ORIGIN, key=OWNER) as log:
+        log.add_key(RUNNER.vkey, "runner", key=OWNER)
+    with Ledger.open(urls[0]) as a, Ledger.open(urls[1]) as b, Ledger.open(" ".join(urls)) as c:
+        for i in range(4):
+            a.append("run.started", {"via": 0, "i": i}, key=RUNNER)
+            b.append("run.started", {"via": 1, "i": i}, key=RUNNER)
+            c.append("run.started", {"via": "both", "i": i}, key=RUNNER)
+        c.sign_checkpoint(OWNER)
+        assert c.size == 14 and a.root() == b.root() == c.root()
+        events = list(c.events())
+        assert c.root() == root_from_leaf_hashes([e.leaf_hash for e in events])
+    assert [e.seq for e in events] == list(range(14))
+    assert all(e.prev == events[e.seq - 1].leaf_hash.hex() for e in events[1:])
+
+
+def test_turns_hold_across_two_service_processes_on_one_postgresql(
+    two_services: list[str],
+) -> None:
     """A turn is the PostgreSQL row lock of the sequencer, held by the process that gave it:
     writers spread over two processes each lose at most once per append."""
     name = f"turns-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
-    procs = [serve(pg_server.url(), "--allow-create") for _ in range(2)]
-    try:
-        urls = [f"{base}/{name}" for _, base in procs]
-        with Ledger.create(urls[0], origin=ORIGIN, key=OWNER) as log:
-            log.add_key(RUNNER.vkey, "runner", key=OWNER)
-        lost = _race([urls[0], urls[1], " ".join(urls)], 3, 6)
-        assert len(lost) == 18 and max(lost) <= 1
-        with Ledger.open(urls[1]) as log:
-            events = list(log.events())
-        assert [e.seq for e in events] == list(range(20))
-        assert all(e.prev == events[e.seq - 1].leaf_hash.hex() for e in events[1:])
-    finally:
-        for proc, _ in procs:
-            stop(proc)
+    urls = [f"{base}/{name}" for base in two_services]
+    with Ledger.create(urls[0], origin=ORIGIN, key=OWNER) as log:
+        log.add_key(RUNNER.vkey, "runner", key=OWNER)
+    lost = _race([urls[0], urls[1], " ".join(urls)], 3, 6)
+    assert len(lost) == 18 and max(lost) <= 1
+    with Ledger.open(urls[1]) as log:
+        events = list(log.events())
+    assert [e.seq for e in events] == list(range(20))
+    assert all(e.prev == events[e.seq - 1].leaf_hash.hex() for e in events[1:])
 
 
 def test_a_turn_sent_back_to_another_service_process_waits_for_it_then_appends_once(

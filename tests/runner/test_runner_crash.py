@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -22,17 +20,14 @@ from runner._batch import AnthropicBatchBackend
 from runner._execute import RunOptions, run_study
 from verify import verify_ledger_file
 
-CLI = [sys.executable, "-c", "from ledger.cli import main; main()"]
 
-
-def start_run(study: Path, server: FakeMessagesServer, *extra: str) -> subprocess.Popen[bytes]:
+def start_run(study: Path, server: FakeMessagesServer, *extra: str) -> ForkedCli:
+    """``ledger run STUDY --base-url ...`` as a process of its own, forked from one that
+    imported the runner once (``forked_cli.ForkedCli``); ``communicate()`` returns its
+    standard output and error (each written to a file beside the study)."""
     env = dict(os.environ, ANTHROPIC_API_KEY="test")
-    return subprocess.Popen(
-        [*CLI, "run", str(study), "--base-url", server.base_url, *extra],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    argv = ["run", str(study), "--base-url", server.base_url, *extra]
+    return ForkedCli(argv, env, study.parent / "run.out", errors=study.parent / "run.err")
 
 
 def all_events(study: Path) -> list[Any]:
