@@ -38,8 +38,8 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +49,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ledger._envelope import ZERO_HASH
 from ledger._errors import (
@@ -66,7 +67,7 @@ from ledger._keys import VerifierKey
 from ledger._postgres import PostgresLocation, is_url, schema_for
 from ledger._store import Ledger, PreparedBatch
 
-__all__ = ["MAX_REQUEST_BYTES", "AppendService", "StoreRoot", "api_routes"]
+__all__ = ["MAX_REQUEST_BYTES", "AppendRoute", "AppendService", "StoreRoot", "api_routes"]
 
 MAX_REQUEST_BYTES = 32 * 1024 * 1024
 """Default bound on one request's body (envelopes, blobs and checkpoints together)."""
@@ -77,6 +78,8 @@ READ_SKEW_SECONDS = 300
 CONTENDED_SECONDS = 5.0
 """After a 409 for a study, its batches are checked for their position first for this long."""
 TURN_SECONDS = 2.0
+WORKER_THREADS = 40
+"""The service's worker threads (anyio's default pool size, which Starlette's routes use)."""
 """How long a turn holds the study's write lock for the writer it was given to (§7)."""
 STUDY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -150,6 +153,21 @@ class AppendService:
         self.turn_seconds = turn_seconds
         self._turns: dict[str, _Turn] = {}
         """The turns this process holds, by token."""
+        self._threads: ThreadPoolExecutor | None = None
+
+    async def in_thread(self, func: Callable[..., Any], *args: Any) -> Any:
+        """Run ``func(*args)`` in one of the service's worker threads and await its answer.
+
+        The store's work blocks (a database round trip, the write lock), so it leaves the event
+        loop; a plain executor (as many threads as anyio's default pool: 40) costs less per
+        request than anyio's ``to_thread`` (its capacity limiter and cancel scope).
+        """
+        if self._threads is None:
+            with self._lock:
+                if self._threads is None:
+                    self._threads = ThreadPoolExecutor(WORKER_THREADS, "ledger-serve")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, lambda: func(*args))
 
     def contended(self, study: str) -> bool:
         """True when this process answered a 409 for ``study`` in the last few seconds."""
@@ -206,7 +224,9 @@ class AppendService:
             return turn.inbox.get_nowait()  # handed over while the wait ended
 
     def close(self) -> None:
-        """Close every pooled ledger."""
+        """Close every pooled ledger (and stop the worker threads)."""
+        if self._threads is not None:
+            self._threads.shutdown(wait=False)
         with self._lock:
             for pool in self._pools.values():
                 while True:
@@ -635,21 +655,32 @@ def _answer_error(exc: LedgerError, log_head: Callable[[], dict[str, Any]] | Non
 
 async def _read_body(request: Request, limit: int) -> Any:
     """The JSON body: bounded in size (413) and time (408); 415 when it is not JSON."""
-    kind = request.headers.get("content-type", "").split(";")[0].strip()
+    return await _read_json(
+        request.headers.get("content-type", ""),
+        request.headers.get("content-length"),
+        request.stream(),
+        limit,
+    )
+
+
+async def _read_json(
+    content_type: str, declared: str | None, chunks: AsyncIterator[bytes], limit: int
+) -> Any:
+    """A request's JSON body from its headers and its chunks (either route, same answers)."""
+    kind = content_type.split(";")[0].strip()
     if kind != "application/json":
         raise BadRequest(415, "the body must be application/json")
-    declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > limit):
         raise BadRequest(413, f"the body is over the {limit}-byte limit of this service")
 
     async def collect() -> bytes:
-        chunks, size = [], 0
-        async for chunk in request.stream():
+        parts, size = [], 0
+        async for chunk in chunks:
             size += len(chunk)
             if size > limit:
                 raise BadRequest(413, f"the body is over the {limit}-byte limit of this service")
-            chunks.append(chunk)
-        return b"".join(chunks)
+            parts.append(chunk)
+        return b"".join(parts)
 
     try:
         async with asyncio.timeout(BODY_SECONDS):
@@ -660,6 +691,92 @@ async def _read_body(request: Request, limit: int) -> Any:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(400, f"the body is not JSON ({exc})") from None
+
+
+class _Disconnected(Exception):
+    """The client went away before its request's body had arrived: nothing to answer."""
+
+
+async def _received(receive: Receive) -> AsyncIterator[bytes]:
+    """The body chunks of a raw ASGI request (what Starlette's ``Request.stream`` yields)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected
+        chunk = message.get("body", b"")
+        if chunk:
+            yield chunk
+        if not message.get("more_body", False):
+            return
+
+
+async def _append_call(
+    service: AppendService,
+    study: str,
+    header: Callable[[str], str | None],
+    chunks: AsyncIterator[bytes],
+    request: Request | None,
+) -> Response:
+    """``POST append``: the body, a turn's hand-over, or the dispatch in a worker thread."""
+    try:
+        data = await _read_json(
+            header("content-type") or "",
+            header("content-length"),
+            chunks,
+            service.max_request_bytes,
+        )
+        turn = header(_TURN_KEY) or ""
+        if turn and turn != TURN_ASK:
+            pending = service.hand_over(study, turn, data)
+            if pending is not None:
+                return await asyncio.wrap_future(pending)
+        answer: Response | Future[Response] = await service.in_thread(
+            _dispatch, service, study, "append", "POST", request, data, bool(turn)
+        )
+        if isinstance(answer, Future):
+            return await asyncio.wrap_future(answer)
+        return answer
+    except LedgerError as exc:
+        return _answer_error(exc, None)
+
+
+_TURN_KEY = TURN_HEADER.lower()
+_APPEND_PATH = re.compile(r"^/([^/]+)/api/v1/append$")
+
+
+class AppendRoute:
+    """``POST /<study>/api/v1/append`` answered before Starlette's stack; all else to ``app``.
+
+    The append is the service's hot path: one request per batch a writer sends. Starlette's
+    middleware, router (the API's route and the tiles' catch-all), ``Request`` and a worker
+    thread from anyio's pool cost about a third of a one-event append's CPU in the service
+    (docs/service.md §10); this route reads the same headers and body with the same limits
+    and answers, and hands the batch to the same dispatch on the service's own thread pool.
+    Requests under a ``root_path`` and every other route take Starlette's way.
+    """
+
+    def __init__(self, app: ASGIApp, service: AppendService) -> None:
+        """Answer ``service``'s appends, and pass everything else to ``app``."""
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI entry point."""
+        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
+            match = _APPEND_PATH.match(scope["path"])
+            if match is not None:
+                headers: dict[str, str] = {}
+                for name, value in scope["headers"]:
+                    headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+                try:
+                    response = await _append_call(
+                        self.service, match.group(1), headers.get, _received(receive), None
+                    )
+                except _Disconnected:
+                    return
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def api_routes(service: AppendService) -> list[Route]:
@@ -680,7 +797,7 @@ def api_routes(service: AppendService) -> list[Route]:
                 pending = service.hand_over(study, turn, data)
                 if pending is not None:
                     return await asyncio.wrap_future(pending)
-            answer = await run_in_threadpool(
+            answer: Response | Future[Response] = await service.in_thread(
                 _dispatch, service, study, op, method, request, data, bool(turn)
             )
             if isinstance(answer, Future):
@@ -718,7 +835,7 @@ def _dispatch(
     study: str,
     op: str,
     method: str,
-    request: Request,
+    request: Request | None,
     data: Any,
     wants_turn: bool = False,
 ) -> Response | Future[Response]:
@@ -761,7 +878,7 @@ def _queue(service: AppendService, study: str, log: Ledger, data: Any) -> Future
 
 
 def _route(
-    log: Ledger, op: str, method: str, request: Request, data: Any, contended: bool = False
+    log: Ledger, op: str, method: str, request: Request | None, data: Any, contended: bool = False
 ) -> Response:
     if method == "POST":
         if op == "append":
@@ -769,6 +886,7 @@ def _route(
         if op == "cosign":
             return JSONResponse(_cosign(log, data))
         raise BadRequest(405 if op in _GETS else 404, f"no POST {op} in the append API")
+    assert request is not None  # a GET comes through Starlette's route
     if op == "head":
         return JSONResponse(head_json(log))
     if op == "keys":
