@@ -581,6 +581,51 @@ def test_bad_input_gets_a_4xx_with_the_reason_nothing_appended_and_the_service_s
         assert _head(url)["size"] == before, name
 
 
+def test_appends_are_answered_alike_by_the_append_route_and_starlettes_route(
+    study: tuple[str, Path],
+) -> None:
+    """``AppendRoute`` (POST append before Starlette's stack) answers as Starlette's route does.
+
+    Behind a ``root_path`` (a second server on the same store) appends take Starlette's route;
+    every case of the bad-input table gets the same status and the same JSON from both, and
+    good batches append through either.
+    """
+    from ledger._local_server import LocalServer
+    from ledger.tiles_server import ServeError, _listen, make_app
+
+    url, path = study
+    store = path.parent
+    other = AppendService(StoreRoot.parse(str(store)), max_request_bytes=200_000)
+    server = LocalServer(
+        _listen("127.0.0.1", 0),
+        make_app(None, other),
+        name="root-path",
+        what="tiles service",
+        error=ServeError,
+        root_path="/under",
+    )
+    with server:
+        slow = f"{server.url}/demo"  # the request path holds no root_path: Starlette's route
+        before = _size(path)
+        for name, kwargs, payload, _status, _message in _bad_cases(url):
+            answers = [
+                _post(base, payload)
+                if payload is not None
+                else plain_http.post(f"{base}/api/v1/append", **kwargs)
+                for base in (url, slow)
+            ]
+            assert answers[0].status_code == answers[1].status_code, (name, answers[1].text)
+            assert answers[0].json() == answers[1].json(), name
+            assert _size(path) == before, name
+        for base in (slow, url, slow):
+            head = _head(url)
+            answer = _post(base, {"entries": [_signed(RUNNER, "run.started", {"n": 1}, head)]})
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["seqs"] == [head["size"]]
+        assert _size(path) == before + 3
+    other.close()
+
+
 @pytest.mark.parametrize(
     ("method", "path", "status", "message"),
     [
