@@ -422,18 +422,29 @@ def _int(params: Any, name: str, default: int | None = None) -> int | None:
 
 
 def head_json(log: Ledger) -> dict[str, Any]:
-    """The head as the API answers it (``GET head``, and a 409's ``head``)."""
-    size, last, frontier = log.head()
-    row = log._conn.execute("SELECT MAX(created) FROM checkpoints").fetchone()
-    when = log.get(size - 1).time if size else None
+    """The head as the API answers it (``GET head``, and a 409's ``head``).
+
+    Three queries whatever the log's size (a turn answers it while it holds the study's write
+    lock): the last event, the frontier's subtree hashes together, and the last event's time
+    (the ``time`` column, written with the envelope from its own ``time`` member) with the
+    latest checkpoint's ``created``.
+    """
+    with log._errors():
+        head = log._load_head_at_once()
+        log._head_cache = head  # the append a turn takes next reads the frontier from it
+        row = log._conn.execute(
+            "SELECT (SELECT time FROM events WHERE seq = ?), "
+            "(SELECT MAX(created) FROM checkpoints)",
+            (head.size - 1,),
+        ).fetchone()
     return {
         "api": 1,
         "origin": log.origin,
-        "size": size,
-        "last": last.hex(),
-        "frontier": [[lvl, h.hex()] for lvl, h in frontier],
-        "time": when,
-        "checkpoint_time": row[0] if row else None,
+        "size": head.size,
+        "last": head.last.hex(),
+        "frontier": [[lvl, h.hex()] for lvl, h in head.frontier],
+        "time": row[0] if head.size else None,
+        "checkpoint_time": row[1],
     }
 
 

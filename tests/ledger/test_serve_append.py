@@ -217,6 +217,53 @@ def test_a_retried_request_is_answered_with_its_existing_seqs(study: tuple[str, 
     assert _size(path) == 5
 
 
+def test_a_retried_batch_is_replayed_whole_and_one_reaching_past_the_head_is_409(
+    study: tuple[str, Path],
+) -> None:
+    """A batch wholly inside the log is compared with the stored events (one query) and
+    answered with their seqs; one that reaches past the head cannot be a retry: 409."""
+    url, path = study
+    head = _head(url)
+    batch = []
+    for n in range(3):  # three consecutive envelopes, each on the head the previous makes
+        entry = _signed(RUNNER, "run.started", {"n": n}, head)
+        leaf = hashlib.sha256(b"\x00" + base64.b64decode(entry["envelope"])).hexdigest()
+        head = {"size": head["size"] + 1, "last": leaf}
+        batch.append(entry)
+    assert _post(url, {"entries": batch[:2]}).json()["seqs"] == [4, 5]
+    straddling = _post(url, {"entries": batch})  # seqs 4-6: 4 and 5 stored, 6 not
+    assert straddling.status_code == 409, straddling.text
+    assert "does not continue the log" in straddling.json()["error"]
+    assert _post(url, {"entries": batch[2:]}).json()["seqs"] == [6]
+    again = _post(url, {"entries": batch})
+    assert again.status_code == 200 and again.json() == {
+        "seqs": [4, 5, 6],
+        "replayed": True,
+        "checkpoints": [],
+    }
+    assert _size(path) == 7
+
+
+def test_the_head_answer_is_the_ledgers_head_last_time_and_checkpoint_time(
+    study: tuple[str, Path],
+) -> None:
+    """``GET head`` (and a 409's head) reads the frontier in one query: the same answer."""
+    url, path = study
+    for n in range(3):  # size 7: a frontier of three subtrees (4, 2, 1)
+        _post(url, {"entries": [_signed(RUNNER, "run.started", {"n": n}, _head(url))]})
+    with Ledger.open(url) as remote:
+        remote.sign_checkpoint(OWNER)
+    answer = _head(url)
+    with Ledger.open(path, readonly=True) as log:
+        size, last, frontier = log.head()
+        assert size == 7 and len(frontier) == 3
+        assert answer["size"] == size and answer["last"] == last.hex()
+        assert answer["frontier"] == [[lvl, h.hex()] for lvl, h in frontier]
+        assert answer["time"] == log.get(size - 1).time
+        assert answer["checkpoint_time"] == log.checkpoints()[-1].created
+        assert answer["origin"] == log.origin == ORIGIN
+
+
 def test_a_stale_envelope_gets_409_with_the_new_head(study: tuple[str, Path]) -> None:
     url, path = study
     stale = _head(url)
