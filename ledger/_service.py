@@ -62,7 +62,7 @@ from ledger._errors import (
     RefusedError,
     StoreError,
 )
-from ledger._http import READ_HEADER, TURN_ASK, TURN_HEADER, read_message
+from ledger._http import READ_HEADER, TURN_ASK, TURN_HEADER, TURN_WAIT, read_message
 from ledger._keys import VerifierKey
 from ledger._postgres import PostgresLocation, is_url, schema_for
 from ledger._store import Ledger, PreparedBatch
@@ -737,6 +737,8 @@ async def _append_call(
             service.max_request_bytes,
         )
         turn = header(_TURN_KEY) or ""
+        if turn == TURN_WAIT:
+            return await _wait_turn(service, study, data)
         if turn and turn != TURN_ASK:
             pending = service.hand_over(study, turn, data)
             if pending is not None:
@@ -749,6 +751,41 @@ async def _append_call(
         return answer
     except LedgerError as exc:
         return _answer_error(exc, None)
+
+
+async def _wait_turn(service: AppendService, study: str, data: Any) -> Response:
+    """``Ledger-Turn: wait``: a writer that found the study contended asks for its turn first.
+
+    It sends no batch (the body is ``{}``): a batch signed before its turn would only lose
+    the race again, so it waits in the queue for the write lock and signs on the head its
+    turn's 409 carries. Without turns (``--turn-seconds 0``) the answer is that 409 at once,
+    with the head and no turn.
+    """
+    if data != {}:
+        raise BadRequest(
+            400,
+            f"an append with {TURN_HEADER}: {TURN_WAIT} asks for a turn before signing: its "
+            "body is {} (send the batch signed on the head the turn gives, with its token)",
+        )
+    service.conflict(study)
+    if service.turn_seconds > 0:
+        return await asyncio.wrap_future(service.offer_turn(study))
+    answer: Response = await service.in_thread(_head_conflict, service, study)
+    return answer
+
+
+def _head_conflict(service: AppendService, study: str) -> Response:
+    """A 409 with the head and no turn: sign on it and append (a service without turns)."""
+    with service.ledger(study) as log:
+        head = head_json(log)
+    return JSONResponse(
+        {
+            "error": "this service gives no turns (--turn-seconds 0): sign on this head",
+            "type": "ConflictError",
+            "head": head,
+        },
+        409,
+    )
 
 
 _TURN_KEY = TURN_HEADER.lower()
@@ -797,22 +834,19 @@ def api_routes(service: AppendService) -> list[Route]:
         study = str(request.path_params["study"])
         op = str(request.path_params["op"])
         method = request.method
+        if op == "append" and method == "POST":
+            return await _append_call(
+                service, study, request.headers.get, request.stream(), request
+            )
         try:
             data = None
             if method == "POST":
                 data = await _read_body(request, service.max_request_bytes)
             if op == "create" and method == "POST":
                 return await run_in_threadpool(_create, service, study, data)
-            turn = request.headers.get(TURN_HEADER, "") if op == "append" else ""
-            if turn and turn != TURN_ASK:
-                pending = service.hand_over(study, turn, data)
-                if pending is not None:
-                    return await asyncio.wrap_future(pending)
-            answer: Response | Future[Response] = await service.in_thread(
-                _dispatch, service, study, op, method, request, data, bool(turn)
+            answer: Response = await service.in_thread(
+                _dispatch, service, study, op, method, request, data
             )
-            if isinstance(answer, Future):
-                return await asyncio.wrap_future(answer)
             return answer
         except LedgerError as exc:
             return _answer_error(exc, None)

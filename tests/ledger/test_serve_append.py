@@ -445,6 +445,85 @@ def test_four_writers_each_lose_at_most_once_per_append(study: tuple[str, Path])
         assert all(e.prev == local.get(e.seq - 1).leaf_hash.hex() for e in local.events(start=1))
 
 
+def test_a_writer_that_lost_asks_for_its_turn_before_signing_until_nobody_else_writes(
+    study: tuple[str, Path],
+) -> None:
+    """``Ledger-Turn: wait`` (§7): after a lost race the next append queues before signing,
+    signs once on its turn's head, and goes back to signing first once its turn comes on its
+    own head (nobody else appended)."""
+    url, path = study
+    with Ledger.open(url) as a, Ledger.open(url) as b:
+        a.append("run.started", {"w": "a", "i": 0}, key=RUNNER)
+        b.append("run.started", {"w": "b", "i": 0}, key=RUNNER)
+        a.append("run.started", {"w": "a", "i": 1}, key=RUNNER)  # signed on a stale head: lost
+        assert (a.conflicts, a.waits) == (1, 0)
+        b.append("run.started", {"w": "b", "i": 1}, key=RUNNER)  # b lost too
+        assert (b.conflicts, b.waits) == (1, 0)
+        a.append("run.started", {"w": "a", "i": 2}, key=RUNNER)  # waits, b had appended: still
+        assert (a.conflicts, a.waits) == (1, 1)
+        a.append("run.started", {"w": "a", "i": 3}, key=RUNNER)  # waits, its own head: calm
+        assert (a.conflicts, a.waits) == (1, 2)
+        a.append("run.started", {"w": "a", "i": 4}, key=RUNNER)  # signs first again
+        assert (a.conflicts, a.waits) == (1, 2)
+    with Ledger.open(path, readonly=True) as local:
+        bodies = [(e.body["w"], e.body["i"]) for e in local.events("run.started")]
+        assert bodies == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2), ("a", 3), ("a", 4)]
+        assert all(e.prev == local.get(e.seq - 1).leaf_hash.hex() for e in local.events(start=1))
+
+
+def test_a_wait_carries_no_batch_and_an_older_service_is_answered_by_signing_first(
+    study: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wait with a batch is refused 400, nothing appended; a service that does not know
+    ``wait`` takes it for a turn's token and answers 400 ("nothing to append"), and the
+    client then signs first, as before this version."""
+    url, path = study
+    before = _size(path)
+    head = _head(url)
+    answer = _post(
+        url,
+        {"entries": [_signed(RUNNER, "run.started", {"n": 1}, head)]},
+        headers={TURN_HEADER: "wait"},
+    )
+    assert answer.status_code == 400, answer.text
+    assert "asks for a turn before signing: its body is {}" in answer.json()["error"]
+    assert _size(path) == before
+    import ledger._remote
+
+    monkeypatch.setattr(ledger._remote, "TURN_WAIT", "a-value-this-service-does-not-know")
+    with Ledger.open(url) as a, Ledger.open(url) as b:
+        a.append("run.started", {"w": "a", "i": 0}, key=RUNNER)
+        b.append("run.started", {"w": "b", "i": 0}, key=RUNNER)
+        a.append("run.started", {"w": "a", "i": 1}, key=RUNNER)  # lost: contended
+        a.append("run.started", {"w": "a", "i": 2}, key=RUNNER)  # the wait refused: signs
+        assert (a.conflicts, a.waits) == (1, 1)
+        a.append("run.started", {"w": "a", "i": 3}, key=RUNNER)
+        assert a.waits == 1  # it does not ask that service again
+    assert _size(path) == before + 5
+
+
+def test_a_wait_without_turns_is_answered_with_the_head_at_once(tmp_path: Path) -> None:
+    """``--turn-seconds 0``: a wait's 409 carries the head and no turn; the batch signed on
+    it appends."""
+    store = tmp_path / "store"
+    store.mkdir()
+    with Ledger.create(store / "demo.db", origin=ORIGIN, key=OWNER) as log:
+        log.add_key(RUNNER.vkey, "runner", key=OWNER)
+    svc = AppendService(StoreRoot.parse(str(store)), turn_seconds=0)
+    with LocalTiles(None, service=svc) as server:
+        url = f"{server.url}/demo"
+        answer = _post(url, {}, headers={TURN_HEADER: "wait"})
+        assert answer.status_code == 409, answer.text
+        assert "turn" not in answer.json() and answer.json()["head"] == _head(url)
+        with Ledger.open(url) as a, Ledger.open(url) as b:
+            a.append("run.started", {"w": "a", "i": 0}, key=RUNNER)
+            b.append("run.started", {"w": "b", "i": 0}, key=RUNNER)
+            a.append("run.started", {"w": "a", "i": 1}, key=RUNNER)  # lost: contended
+            a.append("run.started", {"w": "a", "i": 2}, key=RUNNER)  # waits, no turn: signs
+            assert (a.conflicts, a.waits) == (1, 1)
+    assert _size(store / "demo.db") == 6
+
+
 def test_a_malformed_stale_envelope_is_still_answered_400_with_its_entry(
     study: tuple[str, Path],
 ) -> None:
