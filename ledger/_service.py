@@ -369,6 +369,7 @@ def _take_turn(
     service: AppendService, log: Ledger, study: str, token: str, first: Future[Response]
 ) -> tuple[Future[Response], Any] | None:
     """Under the lock: answer ``first`` 409 with the head and the turn, wait for the batch."""
+    service.conflict(study)  # a turn was asked for: the study's next batches queue (§7)
     head = head_json(log)
     turn = _Turn(study, token, queue.Queue(maxsize=1))
     with service._lock:
@@ -767,8 +768,7 @@ async def _wait_turn(service: AppendService, study: str, data: Any) -> Response:
             f"an append with {TURN_HEADER}: {TURN_WAIT} asks for a turn before signing: its "
             "body is {} (send the batch signed on the head the turn gives, with its token)",
         )
-    service.conflict(study)
-    if service.turn_seconds > 0:
+    if service.turn_seconds > 0:  # the turn marks the study contended once its ledger opened
         return await asyncio.wrap_future(service.offer_turn(study))
     answer: Response = await service.in_thread(_head_conflict, service, study)
     return answer
