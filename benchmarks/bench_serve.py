@@ -27,7 +27,8 @@ append to one log, or each to its own with ``--own-logs`` (a service hosting man
 Printed per row: the median rate and each run's, p50 and p99 latency of one call (re-signing
 after a 409 included), the CPU time per event of the clients, the service processes and
 PostgreSQL's processes (read from /proc: what the appends cost, whoever else loads the
-machine), the 409s and the most a single call lost, the median ratio of the rate to the same
+machine), the 409s and the most a single call lost, the appends that asked for their turn
+before signing (``Ledger-Turn: wait``, docs/service.md §7), the median ratio of the rate to the same
 round's direct rate (target, issue 35: >= 0.5x) and the ratio of the CPU costs. The load
 average is printed before and after each row: on a shared machine the rates move with it.
 """
@@ -156,7 +157,8 @@ def _client(
             latencies.append(time.perf_counter() - t0)
             attempts.append(getattr(log, "conflicts", 0) - before)
             n += batch
-        out.put((index, n, latencies, attempts, time.process_time() - cpu))
+        waits = getattr(log, "waits", 0)
+        out.put((index, n, latencies, attempts, time.process_time() - cpu, waits))
         ready.wait()
 
 
@@ -175,6 +177,8 @@ class Run:
     cpu_clients: float
     cpu_services: float
     cpu_postgres: float
+    waits: int = 0
+    """Appends that asked for their turn before signing (``Ledger-Turn: wait``)."""
 
     @property
     def cpu(self) -> float:
@@ -251,6 +255,7 @@ def _appender(
         sum(r[4] for r in results),
         on_services,
         sum(spent.values()) - on_services,
+        sum(r[5] for r in results),
     )
 
 
@@ -392,7 +397,8 @@ def _append_line(name: str, runs: list[Run], seconds: float, direct: list[Run]) 
         )
         direct_cpu = statistics.median(d.cpu / max(d.events, 1) for d in direct)
         extra = (
-            f"  409s {sum(lost):4d} (max {max(lost)} a call)  {ratio:4.2f}x direct"
+            f"  409s {sum(lost):4d} (max {max(lost)} a call)  waits {sum(r.waits for r in runs):4d}"
+            f"  {ratio:4.2f}x direct"
             f" (CPU: {direct_cpu / cpu:4.2f}x)"
         )
     print(

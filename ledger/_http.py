@@ -38,8 +38,10 @@ READ_HEADER = "Ledger-Signature"
 READ_CONTEXT = "prompt-ledger read v1"
 KEY_ENV = "PROMPT_LEDGER_KEY"
 TURN_HEADER = "Ledger-Turn"
-"""Header of an append: ``ask`` (give me a turn if I lose the race) or a turn's token."""
+"""Header of an append: ``ask`` (give me a turn if I lose the race), ``wait`` (give me a turn
+before I sign: the body is ``{}``) or a turn's token."""
 TURN_ASK = "ask"
+TURN_WAIT = "wait"
 RETRY_SECONDS = 60.0
 """How long a request that got no answer (or a 502/503/504) is retried, byte for byte."""
 TIMEOUT_SECONDS = 60.0

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import cast
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -170,6 +171,14 @@ def _sodium() -> tuple[Callable[[bytes, bytes], bytes], type[Exception]]:
     return crypto_sign_open, CryptoError
 
 
+@functools.cache
+def _sodium_sign() -> Callable[[bytes, bytes], bytes]:
+    """Return libsodium's ``crypto_sign`` (signature then message); imported on first use."""
+    from nacl.bindings import crypto_sign
+
+    return cast("Callable[[bytes, bytes], bytes]", crypto_sign)
+
+
 def _public(raw: bytes) -> Ed25519PublicKey:
     key = _PUBLIC_CACHE.get(raw)
     if key is None:
@@ -181,7 +190,7 @@ def _public(raw: bytes) -> Ed25519PublicKey:
 class SigningKey:
     """An Ed25519 private key with its C2SP name; signs envelopes and notes."""
 
-    __slots__ = ("_private", "_seed", "actor", "name", "verifier")
+    __slots__ = ("_secret", "_seed", "actor", "name", "verifier")
 
     def __init__(self, name: str, seed: bytes) -> None:
         """Build a key from its name and 32-byte seed."""
@@ -190,8 +199,10 @@ class SigningKey:
             raise KeyFileError(f"key {name}: Ed25519 seed must be 32 bytes")
         self.name = name
         self._seed = seed
-        self._private = Ed25519PrivateKey.from_private_bytes(seed)
-        public = self._private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        private = Ed25519PrivateKey.from_private_bytes(seed)
+        public = private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        self._secret = bytes(seed) + public
+        """libsodium's secret key: the seed, then the public key."""
         self.verifier = VerifierKey(name, public)
         self.actor: str = self.verifier.actor
         """The actor id: ``<name>+<8 hex key id>``."""
@@ -213,8 +224,14 @@ class SigningKey:
         return f"{_SKEY_PREFIX}{self.actor}+{blob}"
 
     def sign(self, message: bytes) -> bytes:
-        """Return the 64-byte Ed25519 signature of ``message``."""
-        return self._private.sign(message)
+        """Return the 64-byte Ed25519 signature of ``message``.
+
+        Signed by libsodium (PyNaCl's ``crypto_sign``), which costs about two thirds of
+        OpenSSL's signing through ``cryptography``; Ed25519 signing is deterministic (RFC 8032
+        §5.1.6), so the bytes are the same whichever library makes them
+        (``tests/ledger/test_ed25519_strict.py`` pins it against OpenSSL and RFC 8032 §7.1).
+        """
+        return _sodium_sign()(bytes(message), self._secret)[:64]
 
     @classmethod
     def parse(cls, skey: str, *, source: str = "key") -> SigningKey:

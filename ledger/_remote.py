@@ -43,7 +43,7 @@ from ledger._errors import (
     RefusedError,
     StoreError,
 )
-from ledger._http import TURN_ASK, TURN_HEADER, Client, RemoteLocation, b64, reason
+from ledger._http import TURN_ASK, TURN_HEADER, TURN_WAIT, Client, RemoteLocation, b64, reason
 from ledger._keys import SigningKey, VerifierKey, user_home
 from ledger._merkle import EMPTY_ROOT, fold
 from ledger._note import Checkpoint
@@ -128,8 +128,15 @@ class RemoteLedger(Ledger):
         self._reader: SigningKey | None = None
         self._tree: _Tree | None = None  # the head after this client's last append
         self.conflicts = 0
-        self._cache_lock = threading.RLock()
         """How many times the service answered 409 and a batch was signed again."""
+        self._contended = False
+        """Another writer appended since this client's last append began (it lost, or the
+        turn it waited for came on someone else's head): the next append asks for its turn
+        before signing (``Ledger-Turn: wait``, docs/service.md §7)."""
+        self.waits = 0
+        """How many times this client asked for its turn before signing."""
+        self._waits = True  # False once a service answered that it does not know ``wait``
+        self._cache_lock = threading.RLock()
         self._clock = clock or _fixed_clock(head) or utc_now
 
     # ------------------------------------------------------------------ opening and closing
@@ -247,6 +254,9 @@ class RemoteLedger(Ledger):
         # that signs against its own last head without a round trip.
         tree = self._tree or _Tree.from_json(self._head())
         turn: tuple[str, str | None] | None = None
+        contended = False
+        if self._contended and self._waits:
+            tree, turn, contended = self._wait_turn(tree)
         while True:
             after = tree.copy()
             events, blobs = self._sign(specs, key, after, pending={})
@@ -261,12 +271,36 @@ class RemoteLedger(Ledger):
                 if exc.size < 0:
                     raise
                 self.conflicts += 1  # the 409 carries the new head: re-sign on it
+                contended = True
                 tree = _Tree.from_json(exc.head if exc.head is not None else self._head())
                 turn = (exc.turn, exc.turn_url) if exc.turn else None
                 continue
+            self._contended = contended
             self._tree = after
             self._remember(stored)
             return stored
+
+    def _wait_turn(self, tree: _Tree) -> tuple[_Tree, tuple[str, str | None] | None, bool]:
+        """Ask for a turn before signing: (the head to sign on, the turn, another wrote).
+
+        A writer that lost its last race would sign a batch that loses again; instead it
+        queues for the study's write lock with an empty request and signs once, on the head
+        its turn carries. A service that does not know ``wait`` (older than this client)
+        answers 400: this client then signs first again, as before.
+        """
+        self.waits += 1
+        try:
+            self._client.request("POST", "append", json={}, headers={TURN_HEADER: TURN_WAIT})
+        except ConflictError as exc:
+            if exc.head is None:
+                raise
+            head = _Tree.from_json(exc.head)
+            moved = (head.head.size, head.head.last) != (tree.head.size, tree.head.last)
+            return head, (exc.turn, exc.turn_url) if exc.turn else None, moved
+        except FormatError:
+            self._waits = False
+            return tree, None, False
+        raise StoreError(f"{self.where}: the service appended nothing yet answered a turn's wait")
 
     def _sign(
         self,

@@ -38,8 +38,8 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +49,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ledger._envelope import ZERO_HASH
 from ledger._errors import (
@@ -61,12 +62,12 @@ from ledger._errors import (
     RefusedError,
     StoreError,
 )
-from ledger._http import READ_HEADER, TURN_ASK, TURN_HEADER, read_message
+from ledger._http import READ_HEADER, TURN_ASK, TURN_HEADER, TURN_WAIT, read_message
 from ledger._keys import VerifierKey
 from ledger._postgres import PostgresLocation, is_url, schema_for
 from ledger._store import Ledger, PreparedBatch
 
-__all__ = ["MAX_REQUEST_BYTES", "AppendService", "StoreRoot", "api_routes"]
+__all__ = ["MAX_REQUEST_BYTES", "AppendRoute", "AppendService", "StoreRoot", "api_routes"]
 
 MAX_REQUEST_BYTES = 32 * 1024 * 1024
 """Default bound on one request's body (envelopes, blobs and checkpoints together)."""
@@ -77,6 +78,8 @@ READ_SKEW_SECONDS = 300
 CONTENDED_SECONDS = 5.0
 """After a 409 for a study, its batches are checked for their position first for this long."""
 TURN_SECONDS = 2.0
+WORKER_THREADS = 40
+"""The service's worker threads (anyio's default pool size, which Starlette's routes use)."""
 """How long a turn holds the study's write lock for the writer it was given to (§7)."""
 STUDY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -150,6 +153,21 @@ class AppendService:
         self.turn_seconds = turn_seconds
         self._turns: dict[str, _Turn] = {}
         """The turns this process holds, by token."""
+        self._threads: ThreadPoolExecutor | None = None
+
+    async def in_thread(self, func: Callable[..., Any], *args: Any) -> Any:
+        """Run ``func(*args)`` in one of the service's worker threads and await its answer.
+
+        The store's work blocks (a database round trip, the write lock), so it leaves the event
+        loop; a plain executor (as many threads as anyio's default pool: 40) costs less per
+        request than anyio's ``to_thread`` (its capacity limiter and cancel scope).
+        """
+        if self._threads is None:
+            with self._lock:
+                if self._threads is None:
+                    self._threads = ThreadPoolExecutor(WORKER_THREADS, "ledger-serve")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, lambda: func(*args))
 
     def contended(self, study: str) -> bool:
         """True when this process answered a 409 for ``study`` in the last few seconds."""
@@ -206,7 +224,9 @@ class AppendService:
             return turn.inbox.get_nowait()  # handed over while the wait ended
 
     def close(self) -> None:
-        """Close every pooled ledger."""
+        """Close every pooled ledger (and stop the worker threads)."""
+        if self._threads is not None:
+            self._threads.shutdown(wait=False)
         with self._lock:
             for pool in self._pools.values():
                 while True:
@@ -349,6 +369,7 @@ def _take_turn(
     service: AppendService, log: Ledger, study: str, token: str, first: Future[Response]
 ) -> tuple[Future[Response], Any] | None:
     """Under the lock: answer ``first`` 409 with the head and the turn, wait for the batch."""
+    service.conflict(study)  # a turn was asked for: the study's next batches queue (§7)
     head = head_json(log)
     turn = _Turn(study, token, queue.Queue(maxsize=1))
     with service._lock:
@@ -402,18 +423,29 @@ def _int(params: Any, name: str, default: int | None = None) -> int | None:
 
 
 def head_json(log: Ledger) -> dict[str, Any]:
-    """The head as the API answers it (``GET head``, and a 409's ``head``)."""
-    size, last, frontier = log.head()
-    row = log._conn.execute("SELECT MAX(created) FROM checkpoints").fetchone()
-    when = log.get(size - 1).time if size else None
+    """The head as the API answers it (``GET head``, and a 409's ``head``).
+
+    Three queries whatever the log's size (a turn answers it while it holds the study's write
+    lock): the last event, the frontier's subtree hashes together, and the last event's time
+    (the ``time`` column, written with the envelope from its own ``time`` member) with the
+    latest checkpoint's ``created``.
+    """
+    with log._errors():
+        head = log._load_head_at_once()
+        log._head_cache = head  # the append a turn takes next reads the frontier from it
+        row = log._conn.execute(
+            "SELECT (SELECT time FROM events WHERE seq = ?), "
+            "(SELECT MAX(created) FROM checkpoints)",
+            (head.size - 1,),
+        ).fetchone()
     return {
         "api": 1,
         "origin": log.origin,
-        "size": size,
-        "last": last.hex(),
-        "frontier": [[lvl, h.hex()] for lvl, h in frontier],
-        "time": when,
-        "checkpoint_time": row[0] if row else None,
+        "size": head.size,
+        "last": head.last.hex(),
+        "frontier": [[lvl, h.hex()] for lvl, h in head.frontier],
+        "time": row[0] if head.size else None,
+        "checkpoint_time": row[1],
     }
 
 
@@ -635,21 +667,32 @@ def _answer_error(exc: LedgerError, log_head: Callable[[], dict[str, Any]] | Non
 
 async def _read_body(request: Request, limit: int) -> Any:
     """The JSON body: bounded in size (413) and time (408); 415 when it is not JSON."""
-    kind = request.headers.get("content-type", "").split(";")[0].strip()
+    return await _read_json(
+        request.headers.get("content-type", ""),
+        request.headers.get("content-length"),
+        request.stream(),
+        limit,
+    )
+
+
+async def _read_json(
+    content_type: str, declared: str | None, chunks: AsyncIterator[bytes], limit: int
+) -> Any:
+    """A request's JSON body from its headers and its chunks (either route, same answers)."""
+    kind = content_type.split(";")[0].strip()
     if kind != "application/json":
         raise BadRequest(415, "the body must be application/json")
-    declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > limit):
         raise BadRequest(413, f"the body is over the {limit}-byte limit of this service")
 
     async def collect() -> bytes:
-        chunks, size = [], 0
-        async for chunk in request.stream():
+        parts, size = [], 0
+        async for chunk in chunks:
             size += len(chunk)
             if size > limit:
                 raise BadRequest(413, f"the body is over the {limit}-byte limit of this service")
-            chunks.append(chunk)
-        return b"".join(chunks)
+            parts.append(chunk)
+        return b"".join(parts)
 
     try:
         async with asyncio.timeout(BODY_SECONDS):
@@ -662,6 +705,128 @@ async def _read_body(request: Request, limit: int) -> Any:
         raise BadRequest(400, f"the body is not JSON ({exc})") from None
 
 
+class _Disconnected(Exception):
+    """The client went away before its request's body had arrived: nothing to answer."""
+
+
+async def _received(receive: Receive) -> AsyncIterator[bytes]:
+    """The body chunks of a raw ASGI request (what Starlette's ``Request.stream`` yields)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected
+        chunk = message.get("body", b"")
+        if chunk:
+            yield chunk
+        if not message.get("more_body", False):
+            return
+
+
+async def _append_call(
+    service: AppendService,
+    study: str,
+    header: Callable[[str], str | None],
+    chunks: AsyncIterator[bytes],
+    request: Request | None,
+) -> Response:
+    """``POST append``: the body, a turn's hand-over, or the dispatch in a worker thread."""
+    try:
+        data = await _read_json(
+            header("content-type") or "",
+            header("content-length"),
+            chunks,
+            service.max_request_bytes,
+        )
+        turn = header(_TURN_KEY) or ""
+        if turn == TURN_WAIT:
+            return await _wait_turn(service, study, data)
+        if turn and turn != TURN_ASK:
+            pending = service.hand_over(study, turn, data)
+            if pending is not None:
+                return await asyncio.wrap_future(pending)
+        answer: Response | Future[Response] = await service.in_thread(
+            _dispatch, service, study, "append", "POST", request, data, bool(turn)
+        )
+        if isinstance(answer, Future):
+            return await asyncio.wrap_future(answer)
+        return answer
+    except LedgerError as exc:
+        return _answer_error(exc, None)
+
+
+async def _wait_turn(service: AppendService, study: str, data: Any) -> Response:
+    """``Ledger-Turn: wait``: a writer that found the study contended asks for its turn first.
+
+    It sends no batch (the body is ``{}``): a batch signed before its turn would only lose
+    the race again, so it waits in the queue for the write lock and signs on the head its
+    turn's 409 carries. Without turns (``--turn-seconds 0``) the answer is that 409 at once,
+    with the head and no turn.
+    """
+    if data != {}:
+        raise BadRequest(
+            400,
+            f"an append with {TURN_HEADER}: {TURN_WAIT} asks for a turn before signing: its "
+            "body is {} (send the batch signed on the head the turn gives, with its token)",
+        )
+    if service.turn_seconds > 0:  # the turn marks the study contended once its ledger opened
+        return await asyncio.wrap_future(service.offer_turn(study))
+    answer: Response = await service.in_thread(_head_conflict, service, study)
+    return answer
+
+
+def _head_conflict(service: AppendService, study: str) -> Response:
+    """A 409 with the head and no turn: sign on it and append (a service without turns)."""
+    with service.ledger(study) as log:
+        head = head_json(log)
+    return JSONResponse(
+        {
+            "error": "this service gives no turns (--turn-seconds 0): sign on this head",
+            "type": "ConflictError",
+            "head": head,
+        },
+        409,
+    )
+
+
+_TURN_KEY = TURN_HEADER.lower()
+_APPEND_PATH = re.compile(r"^/([^/]+)/api/v1/append$")
+
+
+class AppendRoute:
+    """``POST /<study>/api/v1/append`` answered before Starlette's stack; all else to ``app``.
+
+    The append is the service's hot path: one request per batch a writer sends. Starlette's
+    middleware, router (the API's route and the tiles' catch-all), ``Request`` and a worker
+    thread from anyio's pool cost about a third of a one-event append's CPU in the service
+    (docs/service.md §10); this route reads the same headers and body with the same limits
+    and answers, and hands the batch to the same dispatch on the service's own thread pool.
+    Requests under a ``root_path`` and every other route take Starlette's way.
+    """
+
+    def __init__(self, app: ASGIApp, service: AppendService) -> None:
+        """Answer ``service``'s appends, and pass everything else to ``app``."""
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI entry point."""
+        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
+            match = _APPEND_PATH.match(scope["path"])
+            if match is not None:
+                headers: dict[str, str] = {}
+                for name, value in scope["headers"]:
+                    headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+                try:
+                    response = await _append_call(
+                        self.service, match.group(1), headers.get, _received(receive), None
+                    )
+                except _Disconnected:
+                    return
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def api_routes(service: AppendService) -> list[Route]:
     """The append API's routes (mounted before the tiles' catch-all route)."""
 
@@ -669,22 +834,19 @@ def api_routes(service: AppendService) -> list[Route]:
         study = str(request.path_params["study"])
         op = str(request.path_params["op"])
         method = request.method
+        if op == "append" and method == "POST":
+            return await _append_call(
+                service, study, request.headers.get, request.stream(), request
+            )
         try:
             data = None
             if method == "POST":
                 data = await _read_body(request, service.max_request_bytes)
             if op == "create" and method == "POST":
                 return await run_in_threadpool(_create, service, study, data)
-            turn = request.headers.get(TURN_HEADER, "") if op == "append" else ""
-            if turn and turn != TURN_ASK:
-                pending = service.hand_over(study, turn, data)
-                if pending is not None:
-                    return await asyncio.wrap_future(pending)
-            answer = await run_in_threadpool(
-                _dispatch, service, study, op, method, request, data, bool(turn)
+            answer: Response = await service.in_thread(
+                _dispatch, service, study, op, method, request, data
             )
-            if isinstance(answer, Future):
-                return await asyncio.wrap_future(answer)
             return answer
         except LedgerError as exc:
             return _answer_error(exc, None)
@@ -718,7 +880,7 @@ def _dispatch(
     study: str,
     op: str,
     method: str,
-    request: Request,
+    request: Request | None,
     data: Any,
     wants_turn: bool = False,
 ) -> Response | Future[Response]:
@@ -761,7 +923,7 @@ def _queue(service: AppendService, study: str, log: Ledger, data: Any) -> Future
 
 
 def _route(
-    log: Ledger, op: str, method: str, request: Request, data: Any, contended: bool = False
+    log: Ledger, op: str, method: str, request: Request | None, data: Any, contended: bool = False
 ) -> Response:
     if method == "POST":
         if op == "append":
@@ -769,6 +931,7 @@ def _route(
         if op == "cosign":
             return JSONResponse(_cosign(log, data))
         raise BadRequest(405 if op in _GETS else 404, f"no POST {op} in the append API")
+    assert request is not None  # a GET comes through Starlette's route
     if op == "head":
         return JSONResponse(head_json(log))
     if op == "keys":

@@ -1096,8 +1096,8 @@ class Ledger:
         conn = self._conn
         head = self._load_head_at_once()
         first = parsed[0][0].seq
-        if first < head.size:
-            stored = [self.get(env.seq) for env, _ in parsed if env.seq < head.size]
+        if parsed[-1][0].seq < head.size:  # wholly inside the log: a retried request?
+            stored = self._stored_range(first, parsed[-1][0].seq + 1)
             if len(stored) == len(parsed) and all(
                 e.envelope == env.data and e.signature == sig
                 for e, (env, sig) in zip(stored, parsed, strict=True)
@@ -1194,6 +1194,19 @@ class Ledger:
             events, [env for env, _ in parsed], blob_rows, event_rows, node_rows, head, keys
         )
         return events, False
+
+    def _stored_range(self, start: int, end: int) -> list[Event]:
+        """The stored events of seqs ``start`` to ``end - 1`` in one query (a retry's check).
+
+        Only a batch whose every seq is inside the log can be a retried request, so a batch
+        that lost a race (its last seq at or past the head) reads nothing here.
+        """
+        rows = self._conn.execute(
+            "SELECT envelope, signature, leaf_hash FROM events WHERE seq >= ? AND seq < ? "
+            "ORDER BY seq",
+            (start, end),
+        ).fetchall()
+        return [Event._from_row(row) for row in rows]
 
     def _load_head_at_once(self) -> _Head:
         """:meth:`_load_head` with the frontier read in one query when the cache missed.

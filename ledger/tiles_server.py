@@ -28,6 +28,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from ledger._errors import LedgerError
 from ledger._local_server import LocalServer
@@ -80,7 +81,7 @@ def _resolve(root: Path, path: str) -> tuple[Path | None, str, str]:
     return None, "", f"{rest!r} is not checkpoint, a tile path or blob/<sha256 hex>"
 
 
-def make_app(directory: Path | None, service: AppendService | None = None) -> Starlette:
+def make_app(directory: Path | None, service: AppendService | None = None) -> ASGIApp:
     """The application serving the published log(s) in ``directory`` and ``service``'s API."""
     if directory is not None and not directory.is_dir():
         raise ServeError(f"{directory} is not a directory (publish a log with `ledger tiles`)")
@@ -115,15 +116,16 @@ def make_app(directory: Path | None, service: AppendService | None = None) -> St
     async def refuse(request: Request) -> Response:
         return _text(f"method {request.method} not allowed: the read path is GET only", 405)
 
-    from ledger._service import api_routes
+    from ledger._service import AppendRoute, api_routes
 
-    return Starlette(
+    app = Starlette(
         routes=[
             *(api_routes(service) if service is not None else []),
             Route("/{path:path}", get, methods=["GET", "HEAD"]),
             Route("/{path:path}", refuse, methods=["POST", "PUT", "DELETE", "PATCH", "OPTIONS"]),
         ]
     )
+    return app if service is None else AppendRoute(app, service)
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -104,3 +104,33 @@ def test_honest_signatures_pass_both_and_a_flipped_bit_fails_both() -> None:
         assert not _verifier_accepts(public, message, bytes(flipped))
     assert not _service_accepts(public, message, signature[:63])
     assert not _service_accepts(public, message, signature + b"\0")
+
+
+#: RFC 8032 section 7.1 TEST 1, 2 and 3: the secret keys (seeds) whose public keys and
+#: signatures are the vectors' (Wycheproof carries them as draft-josefsson-eddsa-ed25519-02).
+RFC8032_SEEDS = {
+    "Test 1": "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",
+    "Test 2": "4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb",
+    "Test 3": "c5aa8df43f9f837bedb7442f31dcb7b166d38535076f094b85ce3a2e0b4458f7",
+}
+
+
+def test_signing_with_libsodium_makes_openssls_bytes_and_rfc_8032s() -> None:
+    """:meth:`SigningKey.sign` (libsodium) is byte for byte OpenSSL's and RFC 8032's.
+
+    Ed25519 signing is deterministic, so changing the library that signs changes no byte of
+    any envelope or note; a writer's signature is what the verifier checks with OpenSSL.
+    """
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    for test, seed in RFC8032_SEEDS.items():
+        (vector,) = [v for v in VECTORS if v["note"].endswith(f"ed25519-02: {test}")]
+        key = SigningKey("rfc8032.example/key", bytes.fromhex(seed))
+        assert key.verifier.public_key.hex() == vector["key"], test
+        assert key.sign(bytes.fromhex(vector["msg"])).hex() == vector["sig"], test
+    for i in range(200):
+        seed = os.urandom(32)
+        message = os.urandom(i * 7)
+        signed = SigningKey(f"same.example/k{i % 7}", seed).sign(message)
+        assert signed == Ed25519PrivateKey.from_private_bytes(seed).sign(message), i
+        assert signed != SigningKey(f"same.example/k{i % 7}", seed).sign(message + b"\0")

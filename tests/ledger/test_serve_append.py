@@ -217,6 +217,53 @@ def test_a_retried_request_is_answered_with_its_existing_seqs(study: tuple[str, 
     assert _size(path) == 5
 
 
+def test_a_retried_batch_is_replayed_whole_and_one_reaching_past_the_head_is_409(
+    study: tuple[str, Path],
+) -> None:
+    """A batch wholly inside the log is compared with the stored events (one query) and
+    answered with their seqs; one that reaches past the head cannot be a retry: 409."""
+    url, path = study
+    head = _head(url)
+    batch = []
+    for n in range(3):  # three consecutive envelopes, each on the head the previous makes
+        entry = _signed(RUNNER, "run.started", {"n": n}, head)
+        leaf = hashlib.sha256(b"\x00" + base64.b64decode(entry["envelope"])).hexdigest()
+        head = {"size": head["size"] + 1, "last": leaf}
+        batch.append(entry)
+    assert _post(url, {"entries": batch[:2]}).json()["seqs"] == [4, 5]
+    straddling = _post(url, {"entries": batch})  # seqs 4-6: 4 and 5 stored, 6 not
+    assert straddling.status_code == 409, straddling.text
+    assert "does not continue the log" in straddling.json()["error"]
+    assert _post(url, {"entries": batch[2:]}).json()["seqs"] == [6]
+    again = _post(url, {"entries": batch})
+    assert again.status_code == 200 and again.json() == {
+        "seqs": [4, 5, 6],
+        "replayed": True,
+        "checkpoints": [],
+    }
+    assert _size(path) == 7
+
+
+def test_the_head_answer_is_the_ledgers_head_last_time_and_checkpoint_time(
+    study: tuple[str, Path],
+) -> None:
+    """``GET head`` (and a 409's head) reads the frontier in one query: the same answer."""
+    url, path = study
+    for n in range(3):  # size 7: a frontier of three subtrees (4, 2, 1)
+        _post(url, {"entries": [_signed(RUNNER, "run.started", {"n": n}, _head(url))]})
+    with Ledger.open(url) as remote:
+        remote.sign_checkpoint(OWNER)
+    answer = _head(url)
+    with Ledger.open(path, readonly=True) as log:
+        size, last, frontier = log.head()
+        assert size == 7 and len(frontier) == 3
+        assert answer["size"] == size and answer["last"] == last.hex()
+        assert answer["frontier"] == [[lvl, h.hex()] for lvl, h in frontier]
+        assert answer["time"] == log.get(size - 1).time
+        assert answer["checkpoint_time"] == log.checkpoints()[-1].created
+        assert answer["origin"] == log.origin == ORIGIN
+
+
 def test_a_stale_envelope_gets_409_with_the_new_head(study: tuple[str, Path]) -> None:
     url, path = study
     stale = _head(url)
@@ -396,6 +443,85 @@ def test_four_writers_each_lose_at_most_once_per_append(study: tuple[str, Path])
             (w, i) for w in range(4) for i in range(8)
         ]
         assert all(e.prev == local.get(e.seq - 1).leaf_hash.hex() for e in local.events(start=1))
+
+
+def test_a_writer_that_lost_asks_for_its_turn_before_signing_until_nobody_else_writes(
+    study: tuple[str, Path],
+) -> None:
+    """``Ledger-Turn: wait`` (§7): after a lost race the next append queues before signing,
+    signs once on its turn's head, and goes back to signing first once its turn comes on its
+    own head (nobody else appended)."""
+    url, path = study
+    with Ledger.open(url) as a, Ledger.open(url) as b:
+        a.append("run.started", {"w": "a", "i": 0}, key=RUNNER)
+        b.append("run.started", {"w": "b", "i": 0}, key=RUNNER)
+        a.append("run.started", {"w": "a", "i": 1}, key=RUNNER)  # signed on a stale head: lost
+        assert (a.conflicts, a.waits) == (1, 0)
+        b.append("run.started", {"w": "b", "i": 1}, key=RUNNER)  # b lost too
+        assert (b.conflicts, b.waits) == (1, 0)
+        a.append("run.started", {"w": "a", "i": 2}, key=RUNNER)  # waits, b had appended: still
+        assert (a.conflicts, a.waits) == (1, 1)
+        a.append("run.started", {"w": "a", "i": 3}, key=RUNNER)  # waits, its own head: calm
+        assert (a.conflicts, a.waits) == (1, 2)
+        a.append("run.started", {"w": "a", "i": 4}, key=RUNNER)  # signs first again
+        assert (a.conflicts, a.waits) == (1, 2)
+    with Ledger.open(path, readonly=True) as local:
+        bodies = [(e.body["w"], e.body["i"]) for e in local.events("run.started")]
+        assert bodies == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2), ("a", 3), ("a", 4)]
+        assert all(e.prev == local.get(e.seq - 1).leaf_hash.hex() for e in local.events(start=1))
+
+
+def test_a_wait_carries_no_batch_and_an_older_service_is_answered_by_signing_first(
+    study: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wait with a batch is refused 400, nothing appended; a service that does not know
+    ``wait`` takes it for a turn's token and answers 400 ("nothing to append"), and the
+    client then signs first, as before this version."""
+    url, path = study
+    before = _size(path)
+    head = _head(url)
+    answer = _post(
+        url,
+        {"entries": [_signed(RUNNER, "run.started", {"n": 1}, head)]},
+        headers={TURN_HEADER: "wait"},
+    )
+    assert answer.status_code == 400, answer.text
+    assert "asks for a turn before signing: its body is {}" in answer.json()["error"]
+    assert _size(path) == before
+    import ledger._remote
+
+    monkeypatch.setattr(ledger._remote, "TURN_WAIT", "a-value-this-service-does-not-know")
+    with Ledger.open(url) as a, Ledger.open(url) as b:
+        a.append("run.started", {"w": "a", "i": 0}, key=RUNNER)
+        b.append("run.started", {"w": "b", "i": 0}, key=RUNNER)
+        a.append("run.started", {"w": "a", "i": 1}, key=RUNNER)  # lost: contended
+        a.append("run.started", {"w": "a", "i": 2}, key=RUNNER)  # the wait refused: signs
+        assert (a.conflicts, a.waits) == (1, 1)
+        a.append("run.started", {"w": "a", "i": 3}, key=RUNNER)
+        assert a.waits == 1  # it does not ask that service again
+    assert _size(path) == before + 5
+
+
+def test_a_wait_without_turns_is_answered_with_the_head_at_once(tmp_path: Path) -> None:
+    """``--turn-seconds 0``: a wait's 409 carries the head and no turn; the batch signed on
+    it appends."""
+    store = tmp_path / "store"
+    store.mkdir()
+    with Ledger.create(store / "demo.db", origin=ORIGIN, key=OWNER) as log:
+        log.add_key(RUNNER.vkey, "runner", key=OWNER)
+    svc = AppendService(StoreRoot.parse(str(store)), turn_seconds=0)
+    with LocalTiles(None, service=svc) as server:
+        url = f"{server.url}/demo"
+        answer = _post(url, {}, headers={TURN_HEADER: "wait"})
+        assert answer.status_code == 409, answer.text
+        assert "turn" not in answer.json() and answer.json()["head"] == _head(url)
+        with Ledger.open(url) as a, Ledger.open(url) as b:
+            a.append("run.started", {"w": "a", "i": 0}, key=RUNNER)
+            b.append("run.started", {"w": "b", "i": 0}, key=RUNNER)
+            a.append("run.started", {"w": "a", "i": 1}, key=RUNNER)  # lost: contended
+            a.append("run.started", {"w": "a", "i": 2}, key=RUNNER)  # waits, no turn: signs
+            assert (a.conflicts, a.waits) == (1, 1)
+    assert _size(store / "demo.db") == 6
 
 
 def test_a_malformed_stale_envelope_is_still_answered_400_with_its_entry(
@@ -594,6 +720,51 @@ def read_only_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
     svc = AppendService(StoreRoot.parse(str(store)))
     with LocalTiles(None, service=svc) as server:
         yield server.url
+
+
+def test_appends_are_answered_alike_by_the_append_route_and_starlettes_route(
+    study: tuple[str, Path],
+) -> None:
+    """``AppendRoute`` (POST append before Starlette's stack) answers as Starlette's route does.
+
+    Behind a ``root_path`` (a second server on the same store) appends take Starlette's route;
+    every case of the bad-input table gets the same status and the same JSON from both, and
+    good batches append through either.
+    """
+    from ledger._local_server import LocalServer
+    from ledger.tiles_server import ServeError, _listen, make_app
+
+    url, path = study
+    store = path.parent
+    other = AppendService(StoreRoot.parse(str(store)), max_request_bytes=200_000)
+    server = LocalServer(
+        _listen("127.0.0.1", 0),
+        make_app(None, other),
+        name="root-path",
+        what="tiles service",
+        error=ServeError,
+        root_path="/under",
+    )
+    with server:
+        slow = f"{server.url}/demo"  # the request path holds no root_path: Starlette's route
+        before = _size(path)
+        for name, kwargs, payload, _status, _message in _bad_cases(url):
+            answers = [
+                _post(base, payload)
+                if payload is not None
+                else plain_http.post(f"{base}/api/v1/append", **kwargs)
+                for base in (url, slow)
+            ]
+            assert answers[0].status_code == answers[1].status_code, (name, answers[1].text)
+            assert answers[0].json() == answers[1].json(), name
+            assert _size(path) == before, name
+        for base in (slow, url, slow):
+            head = _head(url)
+            answer = _post(base, {"entries": [_signed(RUNNER, "run.started", {"n": 1}, head)]})
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["seqs"] == [head["size"]]
+        assert _size(path) == before + 3
+    other.close()
 
 
 @pytest.mark.parametrize(
