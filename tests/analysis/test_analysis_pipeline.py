@@ -196,6 +196,23 @@ def _without(ds: Any, arm: str) -> Any:
     return _with_trials(ds, trials)
 
 
+@pytest.fixture
+def no_sensitivity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run_analyses`` without ``sensitivity.lmm`` (its REML refits: most of an analysis's CPU).
+
+    For a test that reads descriptive, model, hypothesis, multiplicity and exploratory results
+    only: ``run_analyses`` computes the sensitivity models last, from the hypotheses already
+    tested, which it reads and never changes (``docs/statistics.md``, "Sensitivity": they
+    never change a verdict); every other result comes out the same without them.
+    ``test_sensitivity.py`` and ``test_simulated_study_reproduces_the_papers_pattern`` (a whole
+    ``analyze_study``) compute them.
+    """
+    import analysis._analyze as analyze
+
+    monkeypatch.setattr(analyze, "sensitivity_lmm", lambda *args, **kwargs: None)
+    monkeypatch.setattr(analyze, "sensitivity_per_model", lambda *args, **kwargs: [])
+
+
 def test_bad_data_gives_failed_results_not_a_crash(study: Path) -> None:
     plan, ds = _scored(study)
     # an arm with zero parseable responses
@@ -213,7 +230,8 @@ def test_bad_data_gives_failed_results_not_a_crash(study: Path) -> None:
     flat = ds.trials.copy()
     flat["accuracy"] = 0.5
     same = _with_trials(ds, flat)
-    results = {r.id: r for r in run_analyses(same, plan)}
+    computed = run_analyses(same, plan)
+    results = {r.id: r for r in computed}
     assert results["model.lmm"].status == "not applicable"
     assert "zero variance" in (results["model.lmm"].values or {})["reason"]
     assert results["hypothesis.H1"].verdict == "not computed"
@@ -223,10 +241,12 @@ def test_bad_data_gives_failed_results_not_a_crash(study: Path) -> None:
     results = {r.id: r for r in run_analyses(empty, plan)}
     assert results["descriptive.arms"].error == "no scored trials: nothing to analyse"
     assert all(r.verdict == "not computed" for r in results.values() if r.hypothesis)
-    json.dumps([r.as_dict() for r in run_analyses(same, plan)], allow_nan=False)
+    json.dumps([r.as_dict() for r in computed], allow_nan=False)  # the flat data's, as computed
 
 
-def test_decision_rules_keep_the_preregistered_family_and_direction(study: Path) -> None:
+def test_decision_rules_keep_the_preregistered_family_and_direction(
+    study: Path, no_sensitivity: None
+) -> None:
     import copy
 
     plan, ds = _scored(study)
@@ -285,7 +305,7 @@ def _singular_dataset(ds: Any) -> Any:
 
 
 def test_a_really_singular_model_is_flagged_beside_every_model_verdict(
-    study: Path, tmp_path: Path
+    study: Path, tmp_path: Path, no_sensitivity: None
 ) -> None:
     from rich.console import Console
 

@@ -27,12 +27,12 @@ import pytest
 from click.testing import CliRunner
 from helpers import fixed_key, science_skipped
 from mcq_tables import records
+from multitest_ref import multipletests
 from scipy import stats as sps
 from statsmodels.genmod.cov_struct import Exchangeable
 from statsmodels.genmod.families import Binomial
 from statsmodels.genmod.generalized_estimating_equations import GEE
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
-from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
 
 from analysis._analyze import Dataset, _clean, hypothesis_results, load_dataset, models

@@ -16,9 +16,9 @@ import statsmodels.api as sm
 import statsmodels.formula.api as smf
 from locations import REPO
 from mcq_tables import synthetic_trials
+from multitest_ref import multipletests
 from scipy import stats as sps
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
-from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
 
 from analysis._stats import bonferroni, mcnemar, wilson

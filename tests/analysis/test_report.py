@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -25,6 +26,23 @@ from ledger.cli import main
 from runner._backends import SimulatedBackend
 from runner._execute import RunOptions, run_study
 from runner._lock import StudyError, amend
+
+
+class Rebuilt(NamedTuple):
+    """What :func:`rebuilt` made: the study copy, the HTML written, what the command printed."""
+
+    root: Path
+    html: Path
+    output: str
+
+    def figures(self) -> list[Path]:
+        """The figures the command printed it wrote, in its order."""
+        return [
+            Path(line.removeprefix("figure: "))
+            for line in self.output.splitlines()
+            if line.startswith("figure: ")
+        ]
+
 
 INJECTED = "injected failure: the model matrix is singular <&>"
 REASON = "fixed a <typo> & clarified the README"
@@ -96,14 +114,19 @@ def built(built_report: Report) -> Path:
 
 
 @pytest.fixture(scope="module")
-def rebuilt(
-    studies: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Path, Report]:
-    """A copy of the analysed study and its report, built again at its default place (the
-    copy keeps the study folder's name, which the report shows)."""
-    root = tmp_path_factory.mktemp("report-copy") / studies["ok"].name
+def rebuilt(studies: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Rebuilt:
+    """``ledger report COPY --html OUT/study.html`` on a copy of the analysed study (the copy
+    keeps the study folder's name, which the report shows): the report built again, by the
+    command line, its figures at their default place (``COPY/report``) and its HTML where
+    ``--html`` says. The default place of the HTML (``FIGURES/report.html``) and ``--figures``
+    are ``tests/project/test_cli_house.py``'s (``report --json --figures``)."""
+    base = tmp_path_factory.mktemp("report-copy")
+    root = base / studies["ok"].name
     shutil.copytree(studies["ok"], root)
-    return root, build_report(root)
+    html = base / "out" / "study.html"
+    result = CliRunner().invoke(main, ["report", str(root), "--html", str(html)])
+    assert result.exit_code == 0, result.output
+    return Rebuilt(root, html, result.output)
 
 
 def _hypothesis_results(root: Path) -> list[dict[str, object]]:
@@ -182,19 +205,26 @@ def test_figures_are_valid_nonblank_pngs(built: Path) -> None:
             assert colours is not None and len(colours) > 20, name
 
 
-def test_same_data_same_png_bytes(built: Path, rebuilt: tuple[Path, Report]) -> None:
-    _, again = rebuilt  # built from a copy of the same study and ledger
-    assert again.figures
-    for figure in again.figures:
-        assert figure.path.read_bytes() == (built / figure.name).read_bytes(), figure.name
-    assert again.html_path.read_bytes() == (built / "report.html").read_bytes()
+def test_same_data_same_png_bytes(built: Path, rebuilt: Rebuilt) -> None:
+    """The command line's report of a copy of the same study and ledger: the same figure and
+    HTML bytes as the export's."""
+    figures = rebuilt.figures()
+    assert figures
+    for figure in figures:
+        assert figure.read_bytes() == (built / figure.name).read_bytes(), figure.name
+    assert sorted(f.name for f in figures) == sorted(p.name for p in built.glob("*.png"))
+    assert rebuilt.html.read_bytes() == (built / "report.html").read_bytes()
 
 
-def test_default_locations(rebuilt: tuple[Path, Report]) -> None:
-    root, report = rebuilt
-    assert report.html_path == root / "report" / "report.html"
-    assert report.html_path.is_file()
-    assert all(f.path.parent == root / "report" for f in report.figures)
+def test_default_locations(rebuilt: Rebuilt) -> None:
+    """Without ``--figures`` the figures go to ``STUDY/report``; the HTML goes to ``--html``
+    (and nothing else is written there)."""
+    assert rebuilt.html.is_file()
+    assert all(f.parent == rebuilt.root / "report" for f in rebuilt.figures())
+    assert sorted(p.name for p in (rebuilt.root / "report").iterdir()) == sorted(
+        f.name for f in rebuilt.figures()
+    )
+    assert sorted(p.name for p in rebuilt.html.parent.iterdir()) == [rebuilt.html.name]
 
 
 def test_terminal_tables(studies: dict[str, Path], built_report: Report) -> None:
@@ -243,18 +273,12 @@ def test_report_before_analyze_is_a_clear_error(studies: dict[str, Path], tmp_pa
     assert "Traceback" not in result.output
 
 
-def test_cli_report(studies: dict[str, Path], tmp_path: Path) -> None:
-    html_file = tmp_path / "out" / "study.html"
-    figures = tmp_path / "figs"
-    result = CliRunner().invoke(
-        main, ["report", str(studies["ok"]), "--html", str(html_file), "--figures", str(figures)]
-    )
-    assert result.exit_code == 0, result.output
-    assert html_file.is_file()
-    assert (figures / "forest_contrasts.png").is_file()
-    assert f"report: {html_file}" in result.output
-    assert f"figure: {figures / 'accuracy_by_arm.png'}" in result.output
-    assert "Pre-registered verdicts" in result.output
+def test_cli_report(rebuilt: Rebuilt) -> None:
+    """``ledger report``: the terminal tables, then every file it wrote (:func:`rebuilt`)."""
+    assert f"report: {rebuilt.html}" in rebuilt.output
+    assert f"figure: {rebuilt.root / 'report' / 'accuracy_by_arm.png'}" in rebuilt.output
+    assert (rebuilt.root / "report" / "forest_contrasts.png").is_file()
+    assert "Pre-registered verdicts" in rebuilt.output
 
 
 # ------------------------------------------------------------------ headless browser

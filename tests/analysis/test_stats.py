@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import statsmodels.formula.api as smf
+from multitest_ref import multipletests
 from scipy import stats as sps
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
-from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
 
 from analysis import _stats as stats

@@ -28,10 +28,10 @@ import pytest
 import statsmodels.formula.api as smf
 from click.testing import CliRunner, Result
 from helpers import fixed_key
+from multitest_ref import multipletests
 from scipy import stats as sps
 from statsmodels.regression.mixed_linear_model import MixedLM
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
-from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
 
 from ledger.cli import main

@@ -153,6 +153,10 @@ def test_json_on_every_data_command(scored_study: Path, monkeypatch: pytest.Monk
         r["hypothesis"] for r in recorded if r.get("hypothesis")
     ]
     assert all(Path(f).is_file() for f in report["figures"])
+    # --figures puts the figures there, and the HTML beside them by default (FIGURES/report.html)
+    figs = root.parent / "figs"
+    assert report["figures"] and all(Path(f).parent == figs for f in report["figures"])
+    assert report["html"] == str(figs / "report.html") and (figs / "report.html").is_file()
 
 
 def protocol_body(root: Path) -> dict[str, object]:
