@@ -4,7 +4,9 @@ Used by tests/verify/test_hostile_archive.py, one process per case (an audit hoo
 removed). Usage: ``python hostile_verify.py CONFIG_JSON ARG...``; CONFIG_JSON holds ``archive`` (its
 real path), ``forbidden`` (paths that must never be opened, e.g. a named pipe or a link inside the
 archive), ``source`` (the project's source folder), ``as_bytes`` and ``cpu_seconds`` (the
-limits). The report goes to stdout as ``python -m verify --json`` writes it; the last line of
+limits), and optionally ``science``: ``false`` verifies without the science checks (``rescore``,
+``reanalysis``; as ``helpers.science_skipped`` does in process). The report goes to stdout as
+``python -m verify --json`` writes it; the last line of
 stderr is JSON: ``{"rc", "outside", "forbidden", "maxrss_kib"}``, where ``outside`` lists every
 opened path outside the archive that is not Python's own (stdlib, site-packages, the verifier's
 package data, the project's
@@ -39,6 +41,7 @@ import scipy.optimize
 import scipy.stats  # noqa: F401
 
 import verify.__main__
+import verify._archive
 import verify._science
 
 
@@ -78,6 +81,8 @@ def run_case(config: dict[str, object]) -> int:
             return  # the verifier's own package data (verify/_archive/checklists.json)
         outside.append(name)
 
+    if config.get("science") is False:  # the science checks left out (helpers.science_skipped)
+        verify._archive._science = lambda run: []
     sys.addaudithook(_hook)
     try:
         rc = verify.__main__.main(config["argv"])  # type: ignore[arg-type]
