@@ -887,6 +887,8 @@ def _python_m_verify(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@SLOW  # test_hostile_archive's test_a_fresh_export_verifies_under_the_harness: same options,
+# by default, in a process that imports no module of the writer (and under its limits)
 def test_python_m_verify_passes_a_good_archive_without_the_writer(
     archive: Path, tmp_path: Path
 ) -> None:

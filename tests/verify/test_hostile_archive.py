@@ -187,6 +187,7 @@ def run_verify(
     if not allow_outside:
         assert trailer["outside"] == [], f"opened outside the archive: {trailer['outside']}"
     assert trailer["maxrss_kib"] < MAX_RSS_KIB, f"peak memory {trailer['maxrss_kib']} KiB"
+    assert trailer["writer"] == [], f"imported the writer: {trailer['writer']}"
     report = json.loads(proc.stdout) if proc.stdout.strip() else None
     if report is not None:
         for check in report["checks"]:
@@ -259,10 +260,26 @@ def owner_resigns(root: Path, change: Callable[[list[dict[str, Any]]], None] | N
 # the harness itself
 
 
-def test_a_fresh_export_verifies_under_the_harness(copy: Path) -> None:
-    out = run_verify(copy, "--trusted-key", owner_vkey())
+def test_a_fresh_export_verifies_under_the_harness(copy: Path, tmp_path: Path) -> None:
+    """The honest archive, with every option an auditor gives (the owner's key from a file and
+    on the command line, the registration checkpoint, two jobs), verifies in full under the
+    limits, opening nothing outside it but the key file and importing no module of the writer
+    (the run of ``python -m verify`` that test_archive_tamper.py makes with the writer's
+    packages unimportable, in the slow set, proves the same)."""
+    vkey = tmp_path / "owner.vkey"
+    vkey.write_text(owner_vkey() + "\n", "utf-8")
+    registration = (
+        copy / "ledger" / "checkpoints" / f"{seq_of(copy, 'protocol.locked') + 1:08d}.txt"
+    )
+    out = run_verify(
+        copy,
+        *("--trusted-key", f"@{vkey}", "--trusted-key", owner_vkey()),
+        *("--checkpoint", str(registration), "--jobs", "2"),
+        allow_outside=True,
+    )
     assert out.rc == 0, [c for c in out.report["checks"] if c["status"] == "FAIL"]  # type: ignore[index]
-    for name in ("layout", "report", "rescore", "reanalysis", "trust"):
+    assert set(out.trailer["outside"]) == {str(vkey)}, out.trailer["outside"]
+    for name in ("layout", "report", "rescore", "reanalysis", "trust", "published-checkpoints"):
         out.passed(name)
 
 

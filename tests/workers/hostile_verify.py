@@ -7,11 +7,12 @@ archive), ``source`` (the project's source folder), ``as_bytes`` and ``cpu_secon
 limits), and optionally ``science``: ``false`` verifies without the science checks (``rescore``,
 ``reanalysis``; as ``helpers.science_skipped`` does in process). The report goes to stdout as
 ``python -m verify --json`` writes it; the last line of
-stderr is JSON: ``{"rc", "outside", "forbidden", "maxrss_kib"}``, where ``outside`` lists every
-opened path outside the archive that is not Python's own (stdlib, site-packages, the verifier's
-package data, the project's
-``.py``/``.pyc`` files). The verifier's modules, and the libraries they import lazily, are
-imported before the hook is installed.
+stderr is JSON: ``{"rc", "outside", "forbidden", "maxrss_kib", "writer"}``, where ``outside``
+lists every opened path outside the archive that is not Python's own (stdlib, site-packages, the
+verifier's package data, the project's ``.py``/``.pyc`` files) and ``writer`` every module of
+the writer (``ledger``, ``runner``, ``analysis``) the process has imported, from its start to the
+end of the verification (none: the verifier is independent of them). The verifier's modules,
+and the libraries they import lazily, are imported before the hook is installed.
 
 With ``--serve`` it is a fork server instead (what the tests use): it imports the verifier and
 its libraries once, then reads one request a line on stdin (``{"config", "stdout", "stderr",
@@ -43,6 +44,9 @@ import scipy.stats  # noqa: F401
 import verify.__main__
 import verify._archive
 import verify._science
+
+WRITER = ("ledger", "runner", "analysis")
+"""The writer's packages, of which the verifying process must import none."""
 
 
 def _under(path: str, root: str) -> bool:
@@ -95,6 +99,7 @@ def run_case(config: dict[str, object]) -> int:
         "outside": outside,
         "forbidden": opened_forbidden,
         "maxrss_kib": usage.ru_maxrss,
+        "writer": sorted(m for m in sys.modules if m.split(".")[0] in WRITER),
     }
     sys.stderr.write("\n" + json.dumps(trailer) + "\n")
     sys.stderr.flush()
