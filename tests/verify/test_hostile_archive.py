@@ -12,6 +12,17 @@ clock is only a hang guard: a verifier blocked on a pipe uses no CPU time.
 Cases that need a consistent log re-sign it with the owner's own key (``resign`` of
 tests/verify/test_archive_tamper.py) and verify with that key trusted, so that only the check under
 test can catch them.
+
+A case whose hostile entry lies beyond what the science checks read, and whose assertions read no
+science check, verifies without them (``run_verify(..., science=False)``, as
+``helpers.science_skipped`` does in process): ``rescore`` and ``reanalysis`` read the events the
+ledger checks parsed, the blobs those events name by address, and ``analysis/results.json``,
+``analysis/trials.csv``, ``analysis/items.csv`` and ``analysis/review/``, through the archive
+reader the other checks use (``verify/_recompute/archive.py``, ``reanalysis.py``,
+``reviews.py``), and nothing else, so they cannot open a hostile report, README, checkpoint, key,
+figure, extra entry, link or published checkpoint, nor add to what those cases assert (they run
+after every other check). Every case whose entry they do read (the events, a blob, the tables
+above) runs them, and so does the fresh export under the harness.
 """
 
 from __future__ import annotations
@@ -133,11 +144,18 @@ def _fork_server() -> Iterator[None]:
 
 
 def run_verify(
-    archive: Path, *args: str, forbidden: tuple[Path, ...] = (), allow_outside: bool = False
+    archive: Path,
+    *args: str,
+    forbidden: tuple[Path, ...] = (),
+    allow_outside: bool = False,
+    science: bool = True,
 ) -> Outcome:
     """``python -m verify ARCHIVE ARGS --json`` in a fresh process, under the limits and the
-    audit hook (a child forked by :class:`_ForkServer`, which has the libraries imported)."""
+    audit hook (a child forked by :class:`_ForkServer`, which has the libraries imported).
+
+    ``science=False`` leaves the science checks out (see the module's docstring)."""
     config = {
+        "science": science,
         "archive": str(archive),
         "forbidden": [str(p) for p in forbidden],
         "source": str(ROOT),
@@ -169,6 +187,7 @@ def run_verify(
     if not allow_outside:
         assert trailer["outside"] == [], f"opened outside the archive: {trailer['outside']}"
     assert trailer["maxrss_kib"] < MAX_RSS_KIB, f"peak memory {trailer['maxrss_kib']} KiB"
+    assert trailer["writer"] == [], f"imported the writer: {trailer['writer']}"
     report = json.loads(proc.stdout) if proc.stdout.strip() else None
     if report is not None:
         for check in report["checks"]:
@@ -241,10 +260,26 @@ def owner_resigns(root: Path, change: Callable[[list[dict[str, Any]]], None] | N
 # the harness itself
 
 
-def test_a_fresh_export_verifies_under_the_harness(copy: Path) -> None:
-    out = run_verify(copy, "--trusted-key", owner_vkey())
+def test_a_fresh_export_verifies_under_the_harness(copy: Path, tmp_path: Path) -> None:
+    """The honest archive, with every option an auditor gives (the owner's key from a file and
+    on the command line, the registration checkpoint, two jobs), verifies in full under the
+    limits, opening nothing outside it but the key file and importing no module of the writer
+    (the run of ``python -m verify`` that test_archive_tamper.py makes with the writer's
+    packages unimportable, in the slow set, proves the same)."""
+    vkey = tmp_path / "owner.vkey"
+    vkey.write_text(owner_vkey() + "\n", "utf-8")
+    registration = (
+        copy / "ledger" / "checkpoints" / f"{seq_of(copy, 'protocol.locked') + 1:08d}.txt"
+    )
+    out = run_verify(
+        copy,
+        *("--trusted-key", f"@{vkey}", "--trusted-key", owner_vkey()),
+        *("--checkpoint", str(registration), "--jobs", "2"),
+        allow_outside=True,
+    )
     assert out.rc == 0, [c for c in out.report["checks"] if c["status"] == "FAIL"]  # type: ignore[index]
-    for name in ("layout", "report", "rescore", "reanalysis", "trust"):
+    assert set(out.trailer["outside"]) == {str(vkey)}, out.trailer["outside"]
+    for name in ("layout", "report", "rescore", "reanalysis", "trust", "published-checkpoints"):
         out.passed(name)
 
 
@@ -252,7 +287,7 @@ def test_the_audit_hook_sees_an_open_outside_the_archive(copy: Path, tmp_path: P
     """The proof can fail: a checkpoint the auditor passes lies outside, and the hook says so."""
     published = tmp_path / "published.txt"
     shutil.copyfile(sorted((copy / "ledger" / "checkpoints").iterdir())[0], published)
-    out = run_verify(copy, "--checkpoint", str(published), allow_outside=True)
+    out = run_verify(copy, "--checkpoint", str(published), allow_outside=True, science=False)
     assert str(published) in out.trailer["outside"]
 
 
@@ -283,6 +318,8 @@ PIPES = {
     "report": "analysis/report.html",
     "figure": "analysis/figures/accuracy_by_arm.png",
 }
+SCIENCE_READS = {"events", "blob", "results", "trials-csv", "items-csv"}
+"""The kinds of :data:`PIPES` the science checks read (see the module's docstring)."""
 
 
 @pytest.mark.parametrize("kind", _cases(list(PIPES), {"events", "blob", "report"}))
@@ -295,7 +332,7 @@ def test_named_pipe_in_place_of_a_file(copy: Path, kind: str) -> None:
     path = copy / rel
     path.unlink()
     os.mkfifo(path)
-    out = run_verify(copy, forbidden=(path,))
+    out = run_verify(copy, forbidden=(path,), science=kind in SCIENCE_READS)
     assert out.rc == 1
     if kind == "events":
         reason = out.failed("file")
@@ -450,7 +487,7 @@ LINKS = {
 )
 def test_symbolic_link(copy: Path, outside: Path, case: str) -> None:
     rel, link = LINKS[case](copy, outside)
-    out = run_verify(copy, forbidden=(link,))
+    out = run_verify(copy, forbidden=(link,), science=False)  # no link is a path science reads
     assert out.rc == 1
     reason = out.failed("layout")
     assert f"{rel} is a symbolic link to " in reason and "not followed" in reason
@@ -489,7 +526,7 @@ def test_blob_past_the_size_limit(copy: Path) -> None:
 def test_one_gb_sparse_checkpoint(copy: Path) -> None:
     path = sorted((copy / "ledger" / "checkpoints").iterdir())[0]
     _sparse(path, 1 << 30)
-    out = run_verify(copy)
+    out = run_verify(copy, science=False)  # a checkpoint: science reads none
     assert out.rc == 1
     rel = path.relative_to(copy).as_posix()
     assert f"{rel} is 1,073,741,824 bytes, more than the 1 MiB limit: not read" in out.failed(
@@ -612,7 +649,8 @@ EXTRA = {
 def test_extra_entry_signed_by_the_owner(copy: Path, case: str) -> None:
     rel = EXTRA[case](copy)
     owner_resigns(copy)
-    out = run_verify(copy, "--trusted-key", owner_vkey())
+    # no extra entry is read by science (it reads blobs by the address an event names)
+    out = run_verify(copy, "--trusted-key", owner_vkey(), science=False)
     assert out.rc == 1
     for name in ("trust", "signatures", "manifest"):
         out.passed(name)
@@ -825,7 +863,7 @@ def test_trusted_key_from_dev_zero_is_a_usage_error(copy: Path) -> None:
 def test_published_checkpoint_that_is_a_named_pipe(copy: Path, tmp_path: Path) -> None:
     fifo = tmp_path / "published.txt"
     os.mkfifo(fifo)
-    out = run_verify(copy, "--checkpoint", str(fifo), forbidden=(fifo,))
+    out = run_verify(copy, "--checkpoint", str(fifo), forbidden=(fifo,), science=False)
     assert out.rc == 1
     assert "is a named pipe (FIFO), not a regular file" in out.failed("published-checkpoints")
 

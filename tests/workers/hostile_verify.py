@@ -4,12 +4,15 @@ Used by tests/verify/test_hostile_archive.py, one process per case (an audit hoo
 removed). Usage: ``python hostile_verify.py CONFIG_JSON ARG...``; CONFIG_JSON holds ``archive`` (its
 real path), ``forbidden`` (paths that must never be opened, e.g. a named pipe or a link inside the
 archive), ``source`` (the project's source folder), ``as_bytes`` and ``cpu_seconds`` (the
-limits). The report goes to stdout as ``python -m verify --json`` writes it; the last line of
-stderr is JSON: ``{"rc", "outside", "forbidden", "maxrss_kib"}``, where ``outside`` lists every
-opened path outside the archive that is not Python's own (stdlib, site-packages, the verifier's
-package data, the project's
-``.py``/``.pyc`` files). The verifier's modules, and the libraries they import lazily, are
-imported before the hook is installed.
+limits), and optionally ``science``: ``false`` verifies without the science checks (``rescore``,
+``reanalysis``; as ``helpers.science_skipped`` does in process). The report goes to stdout as
+``python -m verify --json`` writes it; the last line of
+stderr is JSON: ``{"rc", "outside", "forbidden", "maxrss_kib", "writer"}``, where ``outside``
+lists every opened path outside the archive that is not Python's own (stdlib, site-packages, the
+verifier's package data, the project's ``.py``/``.pyc`` files) and ``writer`` every module of
+the writer (``ledger``, ``runner``, ``analysis``) the process has imported, from its start to the
+end of the verification (none: the verifier is independent of them). The verifier's modules,
+and the libraries they import lazily, are imported before the hook is installed.
 
 With ``--serve`` it is a fork server instead (what the tests use): it imports the verifier and
 its libraries once, then reads one request a line on stdin (``{"config", "stdout", "stderr",
@@ -39,7 +42,11 @@ import scipy.optimize
 import scipy.stats  # noqa: F401
 
 import verify.__main__
+import verify._archive
 import verify._science
+
+WRITER = ("ledger", "runner", "analysis")
+"""The writer's packages, of which the verifying process must import none."""
 
 
 def _under(path: str, root: str) -> bool:
@@ -78,6 +85,8 @@ def run_case(config: dict[str, object]) -> int:
             return  # the verifier's own package data (verify/_archive/checklists.json)
         outside.append(name)
 
+    if config.get("science") is False:  # the science checks left out (helpers.science_skipped)
+        verify._archive._science = lambda run: []
     sys.addaudithook(_hook)
     try:
         rc = verify.__main__.main(config["argv"])  # type: ignore[arg-type]
@@ -90,6 +99,7 @@ def run_case(config: dict[str, object]) -> int:
         "outside": outside,
         "forbidden": opened_forbidden,
         "maxrss_kib": usage.ru_maxrss,
+        "writer": sorted(m for m in sys.modules if m.split(".")[0] in WRITER),
     }
     sys.stderr.write("\n" + json.dumps(trailer) + "\n")
     sys.stderr.flush()
