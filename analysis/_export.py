@@ -26,8 +26,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from analysis._analyze import describe_decision
 from analysis._background import BackgroundVerification
+from analysis._result_text import describe_decision
 from analysis._rows import (
     ATTEMPT_COLUMNS,
     SCORE_COLUMNS,
