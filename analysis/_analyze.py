@@ -36,8 +36,13 @@ import rfc8785
 from scipy import stats as sps
 
 from analysis import _stats as stats
-from analysis import parsers, statistics
+from analysis import statistics
+from analysis._plan_facts import TUMBLING_E as TUMBLING_E
+from analysis._plan_facts import labels as labels
+from analysis._plan_facts import trial_models as trial_models
 from analysis._result_text import NOT_APPLICABLE as NOT_APPLICABLE
+from analysis._result_text import describe_decision as describe_decision
+from analysis._result_text import verdict_caution as verdict_caution
 from analysis._rows import Column, columns_frame, plain, split_trial
 from analysis.statistics.lmm import MODEL_CAUTION
 from ledger import EventSpec, Ledger, SealPolicy, SigningKey
@@ -58,7 +63,6 @@ from runner import (
 ORIENTATIONS = ("UP", "RIGHT", "DOWN", "LEFT")
 YES_NO_MAYBE = ("yes", "no", "maybe")
 CONTROL_TRUTH = "not-a-tumbling-e-chart"
-TUMBLING_E = "tumbling-e-json"
 TRIAL_COLUMNS = (
     "trial",
     "arm",
@@ -304,20 +308,6 @@ def _csv_cells(values: pd.Series) -> list[Any]:
     ]
 
 
-def labels(plan: dict[str, Any]) -> tuple[str, ...] | None:
-    """The answers the study's parser can give (``docs/analysis.md`` §3), or None.
-
-    Its registry entry's closed answer set (:mod:`analysis.parsers`): UP RIGHT DOWN LEFT for
-    ``tumbling-e-json`` and ``orientation-word``; yes no maybe; the letters of
-    ``multiple-choice`` and ``cloze``; None for ``exact`` and ``normalized`` (free text).
-    """
-    response = plan.get("response") or {}
-    entry = parsers.lookup(str(response.get("parser", TUMBLING_E)))
-    if entry is None or entry.answers is None:
-        return None
-    return entry.answers(str(response.get("letters") or "ABCD"))
-
-
 def models(plan: dict[str, Any]) -> tuple[str, ...]:
     """The models of a ``[models]`` study in declaration order (``model_order``), else ``()``."""
     declared = plan.get("models")
@@ -326,26 +316,6 @@ def models(plan: dict[str, Any]) -> tuple[str, ...]:
     order = plan.get("model_order")
     names = tuple(order) if isinstance(order, list) else tuple(sorted(declared))
     return tuple(n for n in names if n in trial_models(plan, names))
-
-
-def trial_models(plan: dict[str, Any], names: tuple[str, ...]) -> set[str]:
-    """The models trials run (``docs/prompts.md`` §8).
-
-    Every model, unless the study has steps and every arm lists its models: then their union
-    (a model only steps use has no trial).
-    """
-    arms = plan.get("arms")
-    if not plan.get("steps") or not isinstance(arms, dict):
-        return set(names)
-    used: set[str] = set()
-    for arm in arms.values():
-        if isinstance(arm, dict) and "response_from" in arm:
-            continue  # a data arm runs no model (docs/trials.md §6)
-        listed = arm.get("models") if isinstance(arm, dict) else None
-        if not isinstance(listed, list):
-            return set(names)
-        used.update(str(m) for m in listed)
-    return used
 
 
 def load_dataset(
@@ -791,62 +761,6 @@ def descriptive(ds: Dataset, plan: dict[str, Any] | None = None) -> list[Result]
 
     out.append(_guard(control, ctrl))
     return out
-
-
-_SHARE_KEYS = ("estimate", "lower", "upper", "max_abs_diff", "margin")
-"""``decided_by`` members that are shares or differences of shares when the rule is in pp."""
-
-
-def _decision_number(key: str, value: Any, in_pp: bool) -> str:
-    """One ``decided_by`` number, written for :func:`describe_decision`.
-
-    In pp beside a rule in pp, a p value as the report writes it, else 4 significant digits
-    with float noise below 1e-12 written as 0.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
-    if in_pp and key in _SHARE_KEYS:
-        signed = key in ("estimate", "lower", "upper")
-        return f"{value * 100:+.1f} pp" if signed else f"{value * 100:.1f} pp"
-    if key == "p":
-        return "< 1e-300" if value == 0 else f"{value:.1e}" if value < 1e-4 else f"{value:.4g}"
-    cleaned = round(float(value), 12) + 0.0  # 6.939e-18 -> 0, and -0.0 -> 0
-    return f"{cleaned:.4g}"
-
-
-def describe_decision(result: dict[str, Any]) -> str:
-    """How the verdict was reached, in one line: the rule and the numbers it read.
-
-    The one formatter of ``decided_by``: the archive README's verdict table and ``ledger
-    analyze`` both print it (never cut inside a number). The estimate and bounds of a
-    difference of shares (the tests the report writes in pp, and beside any rule written in
-    pp) are in pp (``+45.0 pp``), as are an equivalence margin and difference;
-    a p value is written as the report writes it; other numbers take 4 significant digits,
-    with float noise below 1e-12 written as 0 (not ``6.939e-18``).
-    """
-    if result.get("status") != "ok":
-        return f"not decided: {result.get('error') or result.get('status')}"
-    decided = result.get("decided_by") or {}
-    rule = decided.get("rule")
-    values = result.get("values") or {}
-    kind = statistics.kind_of(result)
-    in_pp = (" pp" in str(rule or "") or (kind is not None and kind.in_pp)) and (
-        values.get("outcome") != "breadth"  # a number of diagnoses (docs/analysis.md §9)
-    )
-    shown = [(k, _decision_number(k, v, in_pp)) for k, v in sorted(decided.items()) if k != "rule"]
-    numbers = ", ".join(f"{k} {n}" if n.startswith("<") else f"{k} = {n}" for k, n in shown)
-    text = f"rule `{rule}`" if rule else "no rule recorded"
-    return f"{text}; {numbers}" if numbers else text
-
-
-def verdict_caution(result: dict[str, Any]) -> str | None:
-    """The caution recorded on a verdict (an ``lmm`` one whose model fit is flagged), or ``None``.
-
-    ``result`` is a hypothesis's ``analysis.result`` body; :func:`hypothesis_results` records
-    :data:`MODEL_CAUTION` on every ``lmm`` hypothesis whose fit is singular or did not converge.
-    """
-    caution = (result.get("values") or {}).get("caution")
-    return str(caution) if caution else None
 
 
 def _trial_outcome(ds: Dataset) -> pd.DataFrame:

@@ -19,6 +19,8 @@ import io
 import json
 import os
 import shutil
+from array import array
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -26,8 +28,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from analysis._analyze import describe_decision
 from analysis._background import BackgroundVerification
+from analysis._result_text import describe_decision
 from analysis._rows import (
     ATTEMPT_COLUMNS,
     SCORE_COLUMNS,
@@ -479,6 +481,138 @@ def _arm_settings_text(arm: dict[str, Any]) -> str:
     return f" ({'; '.join(said)})" if said else ""
 
 
+_NONE, _RESPONDED, _FAILED, _ODD = 0, 1, 2, 3
+"""An attempt's outcome code in :class:`_Attempts`: none yet, ``trial.responded``,
+``trial.failed``, or one kept as recorded (a value the compact columns cannot hold)."""
+_OUTCOME_NAMES = ("none", "responded", "failed")
+
+
+def _sha_bytes(value: Any) -> bytes | None:
+    """The 32 bytes of a lower-case hex SHA-256, or None for any other value (kept as is)."""
+    if type(value) is not str or len(value) != 64:
+        return None
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        return None
+    return raw if raw.hex() == value else None
+
+
+class _Attempts:
+    """``trials/attempts.csv``'s rows folded from the events, in compact columns (issue 41).
+
+    Per ``trial.requested`` its seq, position and attempt as 8-byte integers, its request's
+    SHA-256 as 32 bytes and its trial id; per request its outcome (the last ``trial.responded``
+    or ``trial.failed`` naming its seq, as :func:`analysis._rows.attempts` has it) as a code,
+    a seq, the response's 32 bytes, an error type (each distinct one kept once) and ``final``:
+    about 200 bytes a trial where tuples of the event's values took 650. A value these columns
+    cannot hold (not an integer, not a lower-case hex SHA-256) is kept as recorded, so the
+    rows are those of the events whatever they hold.
+    """
+
+    def __init__(self) -> None:
+        self.seqs = array("q")
+        self.positions = array("q")
+        self.numbers = array("q")  # the attempt numbers
+        self.trials: list[str] = []
+        self.request_shas = bytearray()
+        self.odd_requests: dict[int, tuple[Any, ...]] = {}  # index -> the request's values
+        self.codes = bytearray()
+        self.outcome_seqs = array("q")
+        self.response_shas = bytearray()
+        self.finals = bytearray()
+        self.errors = array("l")  # index into error_types, -1 for None
+        self.error_types: list[str] = []
+        self._error_index: dict[str, int] = {}
+        self.odd_outcomes: dict[int, tuple[Any, ...]] = {}  # index -> the outcome's values
+        self.unmatched: dict[Any, tuple[Any, ...]] = {}  # request_seq -> (event seq, outcome)
+
+    def request(self, seq: int, position: Any, trial: Any, attempt: Any, sha256: Any) -> None:
+        """Fold one ``trial.requested`` (events come in seq order)."""
+        index = len(self.seqs)
+        raw = _sha_bytes(sha256)
+        regular = type(position) is int and type(attempt) is int and type(trial) is str
+        if raw is None or not regular:
+            self.odd_requests[index] = (seq, position, trial, attempt, sha256)
+            position, attempt, trial, raw = 0, 0, "", bytes(32)
+        self.seqs.append(seq)
+        self.positions.append(position)
+        self.numbers.append(attempt)
+        self.trials.append(trial)
+        self.request_shas += raw
+        self.codes.append(_NONE)
+        self.outcome_seqs.append(0)
+        self.response_shas += bytes(32)
+        self.finals.append(0)
+        self.errors.append(-1)
+
+    def _index(self, request_seq: Any) -> int | None:
+        if type(request_seq) is not int:
+            return None
+        i = bisect_left(self.seqs, request_seq)
+        return i if i < len(self.seqs) and self.seqs[i] == request_seq else None
+
+    def outcome(
+        self, request_seq: Any, code: int, seq: int, response: Any, error: Any, final: bool
+    ) -> None:
+        """Fold one ``trial.responded`` or ``trial.failed``: the later one wins."""
+        index = self._index(request_seq)
+        values = (_OUTCOME_NAMES[code], seq, response, error, final)
+        if index is None:  # no request at that seq yet, or not an integer: kept as recorded
+            self.unmatched[request_seq] = (seq, values)
+            return
+        raw = b"" if response is None else _sha_bytes(response)
+        number = -1
+        if error is not None:
+            number = self._error_index.get(error, -1) if type(error) is str else -2
+            if number == -1:
+                number = self._error_index[error] = len(self.error_types)
+                self.error_types.append(error)
+        if raw is None or number == -2:
+            self.odd_outcomes[index] = values
+            code = _ODD
+        else:
+            self.odd_outcomes.pop(index, None)
+            if raw:
+                self.response_shas[32 * index : 32 * index + 32] = raw
+        self.codes[index] = code
+        self.outcome_seqs[index] = seq
+        self.finals[index] = final
+        self.errors[index] = max(number, -1)
+        if code != _ODD and response is None:
+            self.codes[index] = code | 4  # no response blob
+
+    def rows(self) -> Iterator[tuple[Any, ...]]:
+        """Each request's row of :data:`analysis._rows.ATTEMPT_COLUMNS`, in request order."""
+        none = ("none", None, None, None, False)
+        types = self.error_types
+        for i, seq in enumerate(self.seqs):
+            request = self.odd_requests.get(i) or (
+                seq,
+                self.positions[i],
+                self.trials[i],
+                self.numbers[i],
+                self.request_shas[32 * i : 32 * i + 32].hex(),
+            )
+            code = self.codes[i]
+            outcome: tuple[Any, ...] = none
+            if code == _ODD:
+                outcome = self.odd_outcomes[i]
+            elif code != _NONE:
+                error = self.errors[i]
+                outcome = (
+                    _OUTCOME_NAMES[code & 3],
+                    self.outcome_seqs[i],
+                    None if code & 4 else self.response_shas[32 * i : 32 * i + 32].hex(),
+                    None if error < 0 else types[error],
+                    bool(self.finals[i]),
+                )
+            late = self.unmatched.get(seq) if self.unmatched else None
+            if late is not None and (code == _NONE or late[0] > self.outcome_seqs[i]):
+                outcome = late[1]
+            yield request + outcome
+
+
 class _Fold:
     """What the archive's tables need from the events, folded in one pass in seq order.
 
@@ -495,8 +629,7 @@ class _Fold:
         self.scores = scores
         self.flow = FlowFold()
         self.checklist = ChecklistEvents()
-        self.requests: list[tuple[Any, ...]] = []
-        self.outcomes: dict[int, tuple[Any, ...]] = {}
+        self.attempts = _Attempts()
         self.step_requests: list[tuple[Any, ...]] = []
         self.step_outcomes: dict[int, tuple[Any, ...]] = {}
 
@@ -504,20 +637,17 @@ class _Fold:
         """Fold one event."""
         kind, b = event.kind, event.body
         if kind == "trial.requested":
-            self.requests.append(
-                (event.seq, b["position"], b["trial"], b["attempt"], b["request_sha256"])
+            self.attempts.request(
+                event.seq, b["position"], b["trial"], b["attempt"], b["request_sha256"]
             )
         elif kind == "trial.responded":
-            self.outcomes[b["request_seq"]] = (
-                "responded",
-                event.seq,
-                event.blobs.get("response"),
-                None,
-                True,
+            self.attempts.outcome(
+                b["request_seq"], _RESPONDED, event.seq, event.blobs.get("response"), None, True
             )
         elif kind == "trial.failed":
-            self.outcomes[b["request_seq"]] = (
-                "failed",
+            self.attempts.outcome(
+                b["request_seq"],
+                _FAILED,
                 event.seq,
                 event.blobs.get("response"),
                 b.get("error_type"),
@@ -554,7 +684,7 @@ class _Fold:
         """Drop the per-trial records once the tables and the flow are written."""
         from analysis._flow import FlowFold
 
-        self.requests, self.outcomes = [], {}
+        self.attempts = _Attempts()
         self.step_requests, self.step_outcomes = [], {}
         self.flow = FlowFold()
 
@@ -571,9 +701,8 @@ def _trial_files(w: _Writer, log: Ledger, fold: _Fold) -> None:
     out.close()
     del schedule
     out = w.csv("trials/attempts.csv", ATTEMPT_COLUMNS)
-    none = ("none", None, None, None, False)
-    for request in fold.requests:  # as analysis._rows.Attempt.row() writes each attempt
-        out.row(request + fold.outcomes.get(request[0], none))
+    for row in fold.attempts.rows():  # as analysis._rows.Attempt.row() writes each attempt
+        out.row(row)
     out.close()
 
 

@@ -36,9 +36,10 @@ from rich.markup import escape
 
 from analysis import _flow as trial_flow
 from analysis import _stats as stats
-from analysis._analyze import ORIENTATIONS, TUMBLING_E, labels, verdict_caution
 from analysis._identical import IDENTICAL_ID, identical_banner
-from analysis._result_text import NOT_APPLICABLE
+from analysis._parse import ORIENTATIONS
+from analysis._plan_facts import TUMBLING_E, labels, trial_models
+from analysis._result_text import NOT_APPLICABLE, verdict_caution
 from analysis._result_text import estimate_text as _estimate_text
 from analysis._result_text import not_applicable_text as _not_applicable
 from analysis._result_text import p_text as _p_text
@@ -165,8 +166,6 @@ class Report:
             return []
         order = self.protocol.get("model_order")
         names = [str(m) for m in order] if isinstance(order, list) else sorted(declared)
-        from analysis._analyze import trial_models
-
         used = trial_models(self.protocol, tuple(names))
         return [n for n in names if n in used]
 

@@ -133,7 +133,7 @@ class Statistic:
 
     ``order`` places the kind in :data:`analysis.statistics.TESTS` (the vocabulary's order).
     ``in_pp``: the estimate is a difference of shares, written in pp by the report and
-    :func:`analysis._analyze.describe_decision`. ``accuracy_difference``: the forest plot
+    :func:`analysis._result_text.describe_decision`. ``accuracy_difference``: the forest plot
     draws it (else it is tabled elsewhere). ``estimate_text``: the report's estimate cell
     (``None``: the difference and its interval). ``seed002``: whether a hypothesis of this kind
     is one of seed 002's statistics (computed on the long-format table, tabled in that section);

@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import base64
 import csv
+import hashlib
 import io
 import json
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import study_key
 
 from analysis._checklists import ChecklistEvents, facts
-from analysis._export import export_study
+from analysis._export import _FAILED, _RESPONDED, _Attempts, export_study
 from analysis._flow import FlowFold, study_flow
 from analysis._report import trial_distribution, trial_distribution_csv
 from ledger import Ledger, canonical_json
@@ -145,3 +147,82 @@ def test_a_background_verification_that_dies_says_so(simulated_archive: Path) ->
     running = BackgroundVerification(ledger)
     running.close()
     assert running._process.returncode is not None
+
+
+def _attempt_rows_by_tuples(
+    feed: list[tuple[str, tuple[Any, ...]]],
+) -> list[tuple[Any, ...]]:
+    """``trials/attempts.csv``'s rows the long way: a tuple per request, a dict of outcomes."""
+    requests: list[tuple[Any, ...]] = []
+    outcomes: dict[Any, tuple[Any, ...]] = {}
+    for kind, values in feed:
+        if kind == "request":
+            requests.append(values)
+        else:
+            outcomes[values[0]] = values[1:]
+    none = ("none", None, None, None, False)
+    return [r + outcomes.get(r[0], none) for r in requests]
+
+
+SHA = [hashlib.sha256(bytes([i])).hexdigest() for i in range(8)]
+
+ATTEMPT_FEEDS = {
+    "one attempt each": [
+        ("request", (10, 0, "a|s1|1", 1, SHA[0])),
+        ("request", (11, 1, "b|s1|1", 1, SHA[1])),
+        ("outcome", (11, "responded", 12, SHA[2], None, True)),
+        ("outcome", (10, "responded", 13, SHA[3], None, True)),
+    ],
+    "a retry, a failure without a response, a final failure": [
+        ("request", (5, 0, "a|s1|1", 1, SHA[0])),
+        ("outcome", (5, "failed", 6, None, "rate_limit", False)),
+        ("request", (7, 0, "a|s1|1", 2, SHA[0])),
+        ("outcome", (7, "failed", 8, SHA[4], "server_error", True)),
+        ("request", (9, 1, "b|s1|1", 1, SHA[1])),
+    ],
+    "the last outcome of a request wins": [
+        ("request", (3, 0, "a|s1|1", 1, SHA[0])),
+        ("outcome", (3, "failed", 4, SHA[4], "timeout", False)),
+        ("outcome", (3, "responded", 5, SHA[5], None, True)),
+        ("request", (6, 1, "b|s1|1", 1, SHA[1])),
+        ("outcome", (6, "responded", 7, None, None, True)),
+        ("outcome", (6, "failed", 8, SHA[6], {"odd": "error"}, True)),
+        ("outcome", (6, "failed", 9, SHA[7], "timeout", True)),
+    ],
+    "values the columns cannot hold are kept as recorded": [
+        ("request", (3, "0", "a|s1|1", 1, SHA[0])),
+        ("request", (4, 1, "b|s1|1", 1, SHA[1].upper())),
+        ("request", (5, 2, "c|s1|1", True, "not a hash")),
+        ("outcome", (3, "responded", 6, "not a hash", None, True)),
+        ("outcome", (4, "failed", 7, SHA[2], ["a", "list"], True)),
+        ("outcome", (5, "responded", 8, SHA[3].upper(), None, True)),
+    ],
+    "an outcome naming no request yet, or a seq that is not an integer": [
+        ("outcome", (20, "failed", 2, SHA[4], "timeout", True)),
+        ("request", (4, 0, "a|s1|1", 1, SHA[0])),
+        ("outcome", (4.0, "responded", 5, SHA[5], None, True)),
+        ("request", (20, 1, "b|s1|1", 1, SHA[1])),
+        ("request", (21, 2, "c|s1|1", 1, SHA[2])),
+        ("outcome", (21, "responded", 22, SHA[6], None, True)),
+        ("outcome", (21.0, "failed", 23, None, "late", True)),
+        ("outcome", (99, "responded", 24, SHA[7], None, True)),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", list(ATTEMPT_FEEDS))
+def test_the_compact_attempt_columns_give_the_rows_of_the_events(name: str) -> None:
+    """``_Attempts`` (8-byte integers and 32-byte hashes a request) writes the rows the
+    tuples and the dict of outcomes wrote, whatever the events hold."""
+    feed = ATTEMPT_FEEDS[name]
+    folded = _Attempts()
+    codes = {"responded": _RESPONDED, "failed": _FAILED}
+    for kind, values in feed:
+        if kind == "request":
+            folded.request(*values)
+        else:
+            request_seq, outcome, seq, response, error, final = values
+            folded.outcome(request_seq, codes[outcome], seq, response, error, final)
+    expected = _attempt_rows_by_tuples(feed)
+    assert list(folded.rows()) == expected
+    assert [tuple(map(type, r)) for r in folded.rows()] == [tuple(map(type, r)) for r in expected]

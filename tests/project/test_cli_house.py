@@ -64,6 +64,29 @@ def test_the_viewers_modules_import_no_statistics_or_figures_library() -> None:
     assert lines[-1] == "HEAVY:"
 
 
+def test_the_export_and_report_modules_import_no_statistics_library() -> None:
+    """``ledger export`` and ``ledger report`` write recorded results (the README's decision
+    lines, the report's tables and figures) without scipy or statsmodels: the analysis's
+    statistics are not theirs to load (about 35 MB and a second of CPU each; issue 41)."""
+    probe = (
+        "import sys\n"
+        "import analysis._export, analysis._report, analysis._flow, analysis._checklists\n"
+        "from analysis._result_text import describe_decision\n"
+        "result = {'hypothesis': 'H1', 'test': 'two-proportion-z', 'status': 'ok',\n"
+        "          'verdict': 'supported', 'values': {},\n"
+        "          'decided_by': {'rule': 'p < 0.05', 'p': 0.01}}\n"
+        "print('LINE:', describe_decision(result))\n"
+        "heavy = ('scipy', 'statsmodels')\n"
+        "print('HEAVY:', *(m for m in heavy if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    lines = out.strip().splitlines()
+    assert lines[-2] == "LINE: rule `p < 0.05`; p = 0.01"
+    assert lines[-1] == "HEAVY:"
+
+
 def test_every_package_command_is_registered_and_loads() -> None:
     ctx = main.make_context("ledger", ["--help"], resilient_parsing=True)
     names = main.list_commands(ctx)

@@ -649,6 +649,43 @@ def test_unreferenced_blob_warns(built: Built) -> None:
     assert "1 stored blob(s) are referenced by no event" in blobs.reason
 
 
+@pytest.mark.parametrize(
+    ("tamper", "message"),
+    [
+        (None, None),
+        ("UPDATE blobs SET data = ?", "does not hash to its address"),
+        ("UPDATE blobs SET size = 10", ": size column is 10, the data has 9 bytes"),
+        ("UPDATE blobs SET data = CAST(data AS TEXT)", ": data is not a BLOB"),
+    ],
+    ids=["intact", "data", "size", "text"],
+)
+def test_a_blob_longer_than_a_piece_is_hashed_in_pieces(
+    built: Built, monkeypatch: pytest.MonkeyPatch, tamper: str | None, message: str | None
+) -> None:
+    """A stored blob longer than ``BLOB_PIECE`` (an ``items.csv`` of 10^5 trials is 290 MB) is
+    hashed piece by piece, never read whole, and judged exactly as one read whole."""
+    read: list[int] = []
+
+    class Counted(verify._ledgerfile._HashedBlob):
+        __slots__ = ()
+
+        def __init__(self, con: sqlite3.Connection, rowid: int) -> None:
+            read.append(rowid)
+            super().__init__(con, rowid)
+
+    monkeypatch.setattr(verify._ledgerfile, "BLOB_PIECE", 4)  # the 9-byte spec: 3 pieces
+    monkeypatch.setattr(verify._ledgerfile, "_HashedBlob", Counted)
+    if tamper is not None:
+        built.execute(tamper, *((b"the spec, edited\n",) if "?" in tamper else ()))
+    blobs = verify_ledger_file(built.path).get("blobs")
+    assert blobs is not None
+    assert read == ([] if tamper and "TEXT" in tamper else [1])
+    if message is None:
+        assert blobs.status is Status.PASS
+    else:
+        assert blobs.status is Status.FAIL and message in blobs.reason and blobs.seq == 2
+
+
 # ------------------------------------------------------------------------------- keys and roles
 
 
