@@ -21,6 +21,7 @@ import pytest
 from verify._recompute.dataset import (
     ITEM_COLUMNS,
     VARIANT_ITEM_COLUMNS,
+    Coded,
     ItemTable,
     _csv_chunks,
     _Dataset,
@@ -136,3 +137,17 @@ def test_a_subset_of_the_table_reads_its_rows_and_refuses_rows_it_lacks() -> Non
     for bad in ([n], [-n - 1], array("l", [0, n + 5])):
         with pytest.raises(IndexError):
             table.take(bad)
+
+
+def test_a_coded_column_extended_at_once_is_the_column_appended_one_by_one() -> None:
+    batches = [["UP", "UP", 1], [True, 1, "UP"], [1.0, -0.0, 0.0], [[1], "UP"], ["LEFT", True]]
+    one, many = Coded(), Coded()
+    for batch in batches:
+        for v in batch:
+            one.append(v)
+        many.extend(batch)
+    flat = [v for batch in batches for v in batch]
+    assert list(many) == list(one) == flat
+    assert [type(v) for v in many] == [type(v) for v in flat]
+    assert math.copysign(1.0, many[7]) == -1.0
+    assert list(many.codes) == list(one.codes) and len(many.labels) == len(one.labels)

@@ -14,7 +14,7 @@ import json
 import math
 import sys
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -531,6 +531,24 @@ class Coded:
                 self.index[key] = code
         self.codes.append(code)
 
+    def extend(self, values: list[Any], share: Callable[[Any], Any] | None = None) -> None:
+        """Append each of ``values``, as :meth:`append` does (``share``: a new value's copy).
+
+        When every value is already known and none is a float, the codes are looked up in
+        one pass; otherwise value by value.
+        """
+        types = list(map(type, values))
+        if float not in types:
+            try:
+                found = list(map(self.index.get, zip(types, values, strict=True)))
+            except TypeError:  # an unhashable value: value by value
+                found = [None]
+            if None not in found:
+                self.codes.extend(found)  # type: ignore[arg-type]
+                return
+        for v in values:
+            self.append(v if share is None else share(v))
+
     def take(self, indices: Indices) -> Coded:
         """The values at ``indices`` (the distinct values shared)."""
         out = Coded(self.labels, self.index)
@@ -738,6 +756,23 @@ def _add_items(table: ItemTable, common: tuple[Any, ...], items: list[dict[str, 
     """
     trial = len(table.commons)
     table.commons.append(common)
+    rows = [i.get("row") for i in items]  # a row that is not an object stops here
+    positions = [i.get("position") for i in items]
+    truths = [i.get("truth") for i in items]
+    answers = [i.get("answer") for i in items]
+    corrects = [i.get("correct") for i in items]
+    margins = [i.get("margin") for i in items]
+    listed = (
+        table.logprobs is not None or table.margin is not None or margins.count(None) < len(items)
+    )
+    if not listed and True not in ["logprobs" in i for i in items]:
+        table.of.extend([trial] * len(items))  # column by column: no logprobs, no margin
+        table.row.extend(rows)
+        table.position.extend(positions)
+        table.truth.extend(truths, _shared)
+        table.answer.extend(answers, _shared)
+        table.correct.extend(corrects)
+        return
     for i in items:
         table.add(
             trial,
