@@ -140,7 +140,13 @@ def test_a_subset_of_the_table_reads_its_rows_and_refuses_rows_it_lacks() -> Non
 
 
 def test_a_coded_column_extended_at_once_is_the_column_appended_one_by_one() -> None:
-    batches = [["UP", "UP", 1], [True, 1, "UP"], [1.0, -0.0, 0.0], [[1], "UP"], ["LEFT", True]]
+    batches: list[list[Any]] = [
+        ["UP", "UP", 1],
+        [True, 1, "UP"],
+        [1.0, -0.0, 0.0],
+        [[1], "UP"],
+        ["LEFT", True],
+    ]
     one, many = Coded(), Coded()
     for batch in batches:
         for v in batch:
