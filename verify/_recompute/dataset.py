@@ -14,10 +14,11 @@ import json
 import math
 import sys
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import rfc8785
 
 from verify import _ddx
@@ -146,11 +147,11 @@ class _Dataset:
         if self._analysable_items is None:
             ids = {t["trial"] for t in self.analysable()}
             items = self.items
-            ok = [c[0] in ids for c in items.commons]
-            of, truth = items.of, items.truth
-            self._analysable_items = items.take(
-                array("l", (k for k, t in enumerate(of) if ok[t] and truth[k] != CONTROL_TRUTH))
-            )
+            ok = np.fromiter((c[0] in ids for c in items.commons), bool, len(items.commons))
+            truth = items.truth
+            real = np.fromiter((v != CONTROL_TRUTH for v in truth.labels), bool, len(truth.labels))
+            keep = ok[_int_view(items.of)] & real[_int_view(truth.codes)]
+            self._analysable_items = items.take(np.flatnonzero(keep))
         return self._analysable_items
 
 
@@ -199,8 +200,12 @@ def _csv_chunks(
     """The UTF-8 CSV of ``rows`` (header first), in pieces of ``per_chunk`` rows.
 
     A table of millions of rows is hashed piece by piece and never held whole. ``rows`` is a
-    sequence of rows read by column name, or an :class:`ItemTable` (read by columns).
+    sequence of rows read by column name, or an :class:`ItemTable` (read by columns, each
+    distinct value written once: :func:`_table_chunks`).
     """
+    if isinstance(rows, ItemTable) and len(columns) > 1:
+        yield from _table_chunks(rows, columns, 16 * per_chunk)
+        return
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
@@ -210,20 +215,79 @@ def _csv_chunks(
         else ([row[c] for c in columns] for row in rows)
     )
     for n, row_values in enumerate(values, 1):
-        cells: list[Any] = []
-        for v in row_values:
-            if v is None or (isinstance(v, float) and math.isnan(v)):
-                cells.append("")
-            elif isinstance(v, float):
-                cells.append(f"{v:.10g}")
-            else:
-                cells.append(v)
-        writer.writerow(cells)
+        writer.writerow([_cell(v) for v in row_values])
         if n % per_chunk == 0:
             yield out.getvalue().encode("utf-8")
             out.seek(0)
             out.truncate()
     yield out.getvalue().encode("utf-8")
+
+
+def _cell(v: Any) -> Any:
+    """What the CSV writer is given for value ``v``: empty for none or NaN, floats as ``.10g``."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, float):
+        return f"{v:.10g}"
+    return v
+
+
+class _CellText:
+    """Each value's text in a CSV row, as ``csv.writer`` writes a field (quoted if it must be).
+
+    A field's quoting depends on its text alone (a row of one empty field aside, which a table
+    of several columns never has), so each distinct value is written once.
+    """
+
+    def __init__(self) -> None:
+        self._out = io.StringIO()
+        self._writer = csv.writer(self._out, lineterminator="\n")
+
+    def __call__(self, v: Any) -> str:
+        """The text of value ``v`` as a field of a row of several."""
+        value = _cell(v)
+        text = "" if value is None else value if isinstance(value, str) else str(value)
+        if text == "":
+            return ""
+        self._out.seek(0)
+        self._out.truncate()
+        self._writer.writerow([text])
+        return self._out.getvalue()[:-1]
+
+
+def _table_chunks(table: ItemTable, columns: tuple[str, ...], per_chunk: int) -> Iterator[bytes]:
+    """:func:`_csv_chunks` of an :class:`ItemTable`: each column's texts read through its codes.
+
+    A trial column's text is made once per trial, a coded column's once per distinct value;
+    a row is its cells joined, as ``csv.writer`` joins them (``docs/analysis.md`` §2).
+    """
+    text = _CellText()
+    header = io.StringIO()
+    csv.writer(header, lineterminator="\n").writerow(columns)
+    yield header.getvalue().encode("utf-8")
+    how: list[tuple[np.ndarray, np.ndarray] | str] = []  # (texts, codes), or a column name
+    for name in columns:
+        k = _COMMON.get(name)
+        if k is not None:  # a trial's column: its text per trial, read through ``of``
+            texts = [text(c[k]) for c in table.commons]
+            how.append((np.array(texts or [""], dtype=object), _int_view(table.of)))
+        elif name in _CODED:  # a coded column: its text per distinct value
+            coded: Coded = getattr(table, name)
+            texts = [text(v) for v in coded.labels]
+            how.append((np.array(texts or [""], dtype=object), _int_view(coded.codes)))
+        else:  # derived or listed columns (truth_original, logprobs, ...): value by value
+            how.append(name)
+    for lo in range(0, len(table), per_chunk):
+        hi = min(lo + per_chunk, len(table))
+        part: ItemTable | None = None
+        cells: list[list[str]] = []
+        for h in how:
+            if isinstance(h, str):
+                part = table.take(range(lo, hi)) if part is None else part
+                cells.append([text(v) for v in part.column(h)])
+            else:
+                cells.append(h[0][h[1][lo:hi]].tolist())
+        yield ("\n".join(map(",".join, zip(*cells, strict=True))) + "\n").encode("utf-8")
 
 
 def _csv_bytes(rows: Sequence[Any], columns: tuple[str, ...]) -> bytes:
@@ -304,6 +368,8 @@ _COMMON = {name: k for k, name in enumerate(_ITEM_FIELDS[:7])}
 _OWN_ORDER = ("row", "position", "truth", "answer", "correct", "logprobs", "margin")
 """The columns each item row holds itself, in :class:`ItemRow`'s argument order."""
 _OWN = frozenset(_OWN_ORDER)
+_CODED = ("row", "position", "truth", "answer", "correct")
+"""The columns an :class:`ItemTable` keeps as :class:`Coded` codes."""
 
 
 class ItemRow:
@@ -398,6 +464,40 @@ def _shared(value: Any) -> Any:
     return value
 
 
+Indices = Sequence[int] | np.ndarray
+"""Row indices: a sequence of ints (a list, a ``range``, an ``array``) or a numpy array."""
+
+
+def _int_view(values: array) -> np.ndarray:  # type: ignore[type-arg]
+    """An ``array`` of integers seen as a numpy array (no copy)."""
+    return np.frombuffer(values, dtype=np.dtype(values.typecode))
+
+
+def _index_array(indices: Indices) -> np.ndarray:
+    """``indices`` (a range, an ``array``, a numpy array or any sequence) as int64 numpy."""
+    if isinstance(indices, np.ndarray):
+        return indices.astype(np.int64, copy=False)
+    if isinstance(indices, range):
+        return np.arange(indices.start, indices.stop, indices.step, dtype=np.int64)
+    if isinstance(indices, array):
+        return _int_view(indices).astype(np.int64, copy=False)
+    return np.fromiter(indices, np.int64, len(indices))
+
+
+def _taken(values: array, picked: np.ndarray) -> array:  # type: ignore[type-arg]
+    """The ``array`` of ``values`` at ``picked`` (same type code), as ``values[k]`` reads.
+
+    An index past either end raises :class:`IndexError`, as reading it one by one does.
+    """
+    n = len(values)
+    if len(picked) and (int(picked.max()) >= n or int(picked.min()) < -n):
+        raise IndexError("array index out of range")
+    out = array(values.typecode)
+    if len(picked):
+        out.frombytes(_int_view(values)[picked].tobytes())
+    return out
+
+
 class Coded:
     """A column of item rows held as 4-byte codes into its distinct values (``labels``).
 
@@ -431,11 +531,28 @@ class Coded:
                 self.index[key] = code
         self.codes.append(code)
 
-    def take(self, indices: Sequence[int]) -> Coded:
+    def extend(self, values: list[Any], share: Callable[[Any], Any] | None = None) -> None:
+        """Append each of ``values``, as :meth:`append` does (``share``: a new value's copy).
+
+        When every value is already known and none is a float, the codes are looked up in
+        one pass; otherwise value by value.
+        """
+        types = list(map(type, values))
+        if float not in types:
+            try:
+                found = list(map(self.index.get, zip(types, values, strict=True)))
+            except TypeError:  # an unhashable value: value by value
+                found = [None]
+            if None not in found:
+                self.codes.extend(found)  # type: ignore[arg-type]
+                return
+        for v in values:
+            self.append(v if share is None else share(v))
+
+    def take(self, indices: Indices) -> Coded:
         """The values at ``indices`` (the distinct values shared)."""
         out = Coded(self.labels, self.index)
-        codes = self.codes
-        out.codes = array("I", map(codes.__getitem__, indices))  # no list of them first
+        out.codes = _taken(self.codes, _index_array(indices))
         return out
 
     def __getitem__(self, k: int) -> Any:
@@ -576,34 +693,29 @@ class ItemTable:
             return [_shared(_original(o, v)) for o, v in zip(orders, labels, strict=True)]
         raise KeyError(name)
 
-    def take(self, indices: Sequence[int]) -> ItemTable:
+    def take(self, indices: Indices) -> ItemTable:
         """The rows at ``indices``, in that order (the trials' tuples shared)."""
         out = ItemTable()
         out.commons = self.commons
-        of, row, position, truth, answer, correct = (
-            self.of,
-            self.row,
-            self.position,
-            self.truth,
-            self.answer,
-            self.correct,
-        )
-        out.of = array("l", map(of.__getitem__, indices))  # no list of them first
-        out.row = row.take(indices)
-        out.position = position.take(indices)
-        out.truth = truth.take(indices)
-        out.answer = answer.take(indices)
-        out.correct = correct.take(indices)
-        if self.logprobs is not None:
-            out.logprobs = [self.logprobs[k] for k in indices]
-        if self.margin is not None:
-            out.margin = [self.margin[k] for k in indices]
+        picked = _index_array(indices)  # one index array for every column
+        out.of = _taken(self.of, picked)
+        out.row = self.row.take(picked)
+        out.position = self.position.take(picked)
+        out.truth = self.truth.take(picked)
+        out.answer = self.answer.take(picked)
+        out.correct = self.correct.take(picked)
+        if self.logprobs is not None or self.margin is not None:
+            ks = picked.tolist()
+            if self.logprobs is not None:
+                out.logprobs = [self.logprobs[k] for k in ks]
+            if self.margin is not None:
+                out.margin = [self.margin[k] for k in ks]
         return out
 
     def trials_where(self, keep: Any) -> ItemTable:
         """The rows whose trial's tuple ``keep(common)`` accepts, in row order."""
-        ok = [bool(keep(c)) for c in self.commons]
-        return self.take(array("l", (k for k, t in enumerate(self.of) if ok[t])))
+        ok = np.fromiter((bool(keep(c)) for c in self.commons), bool, len(self.commons))
+        return self.take(np.flatnonzero(ok[_int_view(self.of)]))
 
     def where(self, name: str, value: Any) -> ItemTable:
         """The rows whose trial column ``name`` (arm, model, stimulus, ...) equals ``value``."""
@@ -644,6 +756,23 @@ def _add_items(table: ItemTable, common: tuple[Any, ...], items: list[dict[str, 
     """
     trial = len(table.commons)
     table.commons.append(common)
+    rows = [i.get("row") for i in items]  # a row that is not an object stops here
+    positions = [i.get("position") for i in items]
+    truths = [i.get("truth") for i in items]
+    answers = [i.get("answer") for i in items]
+    corrects = [i.get("correct") for i in items]
+    margins = [i.get("margin") for i in items]
+    listed = (
+        table.logprobs is not None or table.margin is not None or margins.count(None) < len(items)
+    )
+    if not listed and True not in ["logprobs" in i for i in items]:
+        table.of.extend([trial] * len(items))  # column by column: no logprobs, no margin
+        table.row.extend(rows)
+        table.position.extend(positions)
+        table.truth.extend(truths, _shared)
+        table.answer.extend(answers, _shared)
+        table.correct.extend(corrects)
+        return
     for i in items:
         table.add(
             trial,

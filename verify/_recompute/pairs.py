@@ -7,11 +7,12 @@ Part of the science checks (:mod:`verify._science`); imports nothing from ``ledg
 from __future__ import annotations
 
 import math
-from array import array
 from typing import Any
 
+import numpy as np
+
 from verify import _restats as st
-from verify._recompute.dataset import ItemTable, _Dataset
+from verify._recompute.dataset import ItemTable, _Dataset, _int_view
 from verify._recompute.results import _mean
 
 
@@ -67,26 +68,44 @@ def _paired_items(ds: _Dataset, a: str, b: str) -> tuple[ItemTable, ItemTable]:
 
     The place is (model, stimulus, variant, rep, row, position). Row ``k`` of the first table
     pairs with row ``k`` of the second: each of a's rows in order, with each of b's rows of its
-    place in theirs.
+    place in theirs (in their order). Places are compared as Python values (``1`` and ``1.0``
+    are one place), each made one integer, so the pairing is a sort, not a dict of tuples.
     """
     items = ds.analysable_items()
-    commons, of, row, position = items.commons, items.of, items.row, items.position
+    commons = items.commons
+    of = _int_view(items.of)
     arm_of = [c[1] for c in commons]
-
-    def key(k: int) -> tuple[Any, ...]:
-        c = commons[of[k]]
-        return (c[2], c[3], c[4], c[5], row[k], position[k])
-
-    right: dict[tuple[Any, ...], list[int]] = {}
-    for k, t in enumerate(of):
-        if arm_of[t] == b:
-            right.setdefault(key(k), []).append(k)
-    left_rows, right_rows = array("l"), array("l")
-    for k, t in enumerate(of):
-        if arm_of[t] == a:
-            for j in right.get(key(k), ()):
-                left_rows.append(k)
-                right_rows.append(j)
+    in_a = np.fromiter((x == a for x in arm_of), bool, len(arm_of))[of]
+    in_b = np.fromiter((x == b for x in arm_of), bool, len(arm_of))[of]
+    used = np.flatnonzero(in_a | in_b)
+    if not len(used):
+        return items.take(used), items.take(used)
+    trials = of[used]
+    places: dict[tuple[Any, ...], int] = {}
+    place_of = np.fromiter(
+        (places.setdefault((c[2], c[3], c[4], c[5]), len(places)) for c in commons),
+        np.int64,
+        len(commons),
+    )
+    key = place_of[trials]
+    for column in (items.row, items.position):  # then the row, then the position
+        codes = _int_view(column.codes)[used]
+        present = np.unique(codes)
+        same: dict[Any, int] = {}
+        ids = np.zeros(len(column.labels), np.int64)
+        ids[present] = [same.setdefault(column.labels[c], len(same)) for c in present.tolist()]
+        _, key = np.unique(key * len(same) + ids[codes], return_inverse=True)
+    key = key.reshape(-1)
+    right = used[in_b[used]]
+    right_keys = key[in_b[used]]
+    order = np.argsort(right_keys, kind="stable")
+    right, right_keys = right[order], right_keys[order]
+    left_keys = key[in_a[used]]
+    lo = np.searchsorted(right_keys, left_keys, "left")
+    counts = np.searchsorted(right_keys, left_keys, "right") - lo
+    left_rows = np.repeat(used[in_a[used]], counts)
+    firsts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+    right_rows = right[firsts + np.arange(len(left_rows))]
     return items.take(left_rows), items.take(right_rows)
 
 
