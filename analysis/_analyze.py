@@ -21,6 +21,7 @@ import hashlib
 import io
 import json
 import math
+import operator
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -384,9 +385,7 @@ def load_dataset(
     # the cloze columns only for the cloze parser (the only one whose items.csv has them)
     item_names = [*VARIANT_ITEM_COLUMNS, *(CLOZE_ITEM_COLUMNS if parser == "cloze" else ())]
     tcol = {name: Column() for name in trial_names}
-    icol = {name: Column() for name in item_names if name not in _TRIAL_LEVEL_ITEM_COLUMNS}
-    icol["order"] = Column()  # one row per trial, like tcol (repeated on its items at the end)
-    per_trial = array("i")  # each scored trial's number of items, in tcol's row order
+    items = _ItemColumns(item_names, parser)
     given_up: list[str] = []
     excluded: set[str] = set()
     for event in log.events():
@@ -413,15 +412,15 @@ def load_dataset(
                 event,
                 requests[responses[event.body["response_seq"]]],
                 code_arm,
-                parser,
                 exclude_unparseable,
                 cells,
                 names,
                 tcol,
-                icol,
-                per_trial,
+                items,
             )
     del requests, responses
+    icol, per_trial = items.columns, items.per_trial
+    del items
     counts = np.frombuffer(per_trial, dtype=np.int32).astype(np.intp)
     order = icol.pop("order")
     items_df = columns_frame(  # the trial-level columns repeated on each trial's items
@@ -450,24 +449,102 @@ def load_dataset(
     )
 
 
+class _ItemColumns:
+    """The item columns of the dataset being read (:func:`load_dataset`), one trial at a time.
+
+    ``columns`` holds the item-level columns and ``order`` (one row per trial, repeated on its
+    items when the frame is built), ``per_trial`` each trial's number of items. A scores blob
+    is named by its SHA-256, so trials whose scores are the same blob (a perfect answer to a
+    stimulus, a deterministic model's replicates) have the same items: the codes of the last
+    :data:`SCORES_MEMO` blobs read (with the trial's option order, which maps the labels back)
+    are kept and reused without reading or parsing the blob again (issue 41).
+    """
+
+    def __init__(self, names: Sequence[str], parser: str) -> None:
+        self.columns = {name: Column() for name in names if name not in _TRIAL_LEVEL_ITEM_COLUMNS}
+        self.columns["order"] = Column()
+        self.per_trial = array("i")
+        self.parser = parser
+        self._read: dict[tuple[str, str], tuple[int, bool, tuple[array[int], ...]]] = {}
+
+    def add(self, log: Ledger, event: Any, order: str) -> bool:
+        """Add the items of one ``trial.scored``; whether the trial is a specificity control."""
+        self.columns["order"].append(order)
+        if self.parser == "ddx":  # a differential list has metrics, no items
+            self.per_trial.append(0)
+            return False
+        digest = str(event.blobs["scores"])
+        known = self._read.get((digest, order))
+        if known is not None:
+            count, control, codes = known
+            for name, column_codes in zip(_ITEM_FIELD_NAMES, codes, strict=True):
+                self.columns[name].extend_codes(column_codes)
+            self.per_trial.append(count)
+            return control
+        items = json.loads(log.blob(digest))
+        count = len(items)
+        self.per_trial.append(count)
+        control = self.parser == TUMBLING_E and count == 1 and items[0]["truth"] == CONTROL_TRUTH
+        if not items:
+            return control
+        # each item column's values as one tuple (the trial's items), coded at once
+        rows, positions, truths, answers, corrects = zip(*map(_ITEM_FIELDS, items), strict=True)
+        if order:  # the labels mapped back to the original options (docs/variants.md section 2)
+            originals = (
+                tuple(_back(order, t) for t in truths),
+                tuple(_back(order, a) for a in answers),
+            )
+        else:
+            originals = (truths, answers)
+        values = (rows, positions, truths, answers, corrects, *originals)
+        codes = tuple(
+            self.columns[name].extend(v) for name, v in zip(_ITEM_FIELD_NAMES, values, strict=True)
+        )
+        if "logprobs" in self.columns:  # the cloze parser: its own columns, never remembered
+            for item in items:
+                self.columns["logprobs"].append(
+                    rfc8785.dumps(item["logprobs"]).decode("utf-8") if "logprobs" in item else None
+                )
+                self.columns["margin"].append(item.get("margin"))
+            return control
+        if len(self._read) >= SCORES_MEMO:
+            self._read.clear()
+        self._read[(digest, order)] = (count, control, codes)
+        return control
+
+
+SCORES_MEMO = 4096
+"""How many scores blobs' item codes :class:`_ItemColumns` keeps (a few kB each)."""
+_ITEM_FIELDS = operator.itemgetter("row", "position", "truth", "answer", "correct")
+"""An item's values of the item columns read from its scores (:class:`_ItemColumns`)."""
+_ITEM_FIELD_NAMES = (
+    "row",
+    "position",
+    "truth",
+    "answer",
+    "correct",
+    "truth_original",
+    "answer_original",
+)
+"""The item columns :class:`_ItemColumns` fills from a trial's scores, in its order."""
+
+
 def _fold_scored(
     log: Ledger,
     event: Any,
     request: tuple[Any, ...],
     code_arm: Mapping[str, str],
-    parser: str,
     exclude_unparseable: bool,
     cells: Mapping[str, Mapping[str, str]],
     names: Sequence[str],
     tcol: dict[str, Column],
-    icol: dict[str, Column],
-    per_trial: array[int],
+    items: _ItemColumns,
 ) -> None:
     """Add one ``trial.scored`` (its trial row and its items) to the dataset's columns.
 
-    The item columns get the item-level values only; the trial's own (``trial``, ``arm``, ...,
-    and ``order`` in ``icol``) are repeated on its items when the frame is built, from
-    ``per_trial``, each trial's number of items.
+    The item columns get the item-level values only (:class:`_ItemColumns`); the trial's own
+    (``trial``, ``arm``, ..., and ``order``) are repeated on its items when the frame is
+    built, from ``items.per_trial``, each trial's number of items.
     """
     trial, request_arm, stimulus, rep, variant = request
     body = event.body
@@ -477,12 +554,11 @@ def _fold_scored(
             f"{log.path}: seq {event.seq}: arm code {body['arm_code']} does not belong to "
             f"arm {request_arm} of trial {trial}"
         )
+    parser = items.parser
     metric_values = (body.get("ddx") or {}).get("metrics") if parser == "ddx" else None
-    items = [] if parser == "ddx" else json.loads(log.blob(event.blobs["scores"]))
-    control = parser == TUMBLING_E and len(items) == 1 and items[0]["truth"] == CONTROL_TRUTH
+    control = items.add(log, event, str(body.get("order", "")))
     n_items = int(body["n_items"])
     model = split_trial(trial)[1] or ""
-    order = str(body.get("order", ""))
     row = {
         "trial": trial,
         "arm": arm,
@@ -503,22 +579,6 @@ def _fold_scored(
     }
     for name, column in tcol.items():
         column.append(row[name])
-    per_trial.append(len(items))
-    icol["order"].append(order)
-    cloze = "logprobs" in icol
-    for item in items:
-        icol["row"].append(item["row"])
-        icol["position"].append(item["position"])
-        icol["truth"].append(item["truth"])
-        icol["answer"].append(item["answer"])
-        icol["correct"].append(item["correct"])
-        icol["truth_original"].append(_back(order, item["truth"]))
-        icol["answer_original"].append(_back(order, item["answer"]))
-        if cloze:
-            icol["logprobs"].append(
-                rfc8785.dumps(item["logprobs"]).decode("utf-8") if "logprobs" in item else None
-            )
-            icol["margin"].append(item.get("margin"))
 
 
 def _metric(value: Any) -> float:
