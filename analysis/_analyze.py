@@ -16,9 +16,7 @@ Each result is one ``analysis.result`` event: ``{"id", "title", "label", "hypoth
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import math
 import operator
@@ -40,6 +38,7 @@ from analysis import _stats as stats
 from analysis import parsers, statistics
 from analysis._result_text import NOT_APPLICABLE as NOT_APPLICABLE
 from analysis._rows import Column, columns_frame, plain, split_trial
+from analysis._table_csv import frame_csv
 from analysis.statistics.lmm import MODEL_CAUTION
 from ledger import EventSpec, Ledger, SealPolicy, SigningKey
 from runner import (
@@ -251,8 +250,10 @@ class Dataset:
             *(f"covariate.{n}" for n in self.covariates),
         )  # analysis.md §2: factor levels, ddx metrics, factor labels (§11)
         if self.variants:
-            return _csv(self.trials, (*VARIANT_TRIAL_COLUMNS, *extra))
-        return _csv(self.trials, (*(MODEL_TRIAL_COLUMNS if self.models else TRIAL_COLUMNS), *extra))
+            return frame_csv(self.trials, (*VARIANT_TRIAL_COLUMNS, *extra))
+        return frame_csv(
+            self.trials, (*(MODEL_TRIAL_COLUMNS if self.models else TRIAL_COLUMNS), *extra)
+        )
 
     def items_csv(self) -> bytes:
         """The item table as CSV (columns :data:`ITEM_COLUMNS` or :data:`MODEL_ITEM_COLUMNS`)."""
@@ -263,46 +264,7 @@ class Dataset:
             if self.models
             else ITEM_COLUMNS
         )
-        return _csv(self.items, columns + CLOZE_ITEM_COLUMNS if self.cloze else columns)
-
-
-_CSV_CHUNK = 65_536
-"""Rows per chunk when a dataset is written as CSV (the cells of one chunk are held at once)."""
-
-
-def _csv(df: pd.DataFrame, columns: Sequence[str]) -> bytes:
-    """``df``'s ``columns`` as CSV: empty for None/NaN, floats as ``%.10g``, else ``str``.
-
-    Column by column within chunks of :data:`_CSV_CHUNK` rows (each column's values as its
-    Series iterates them, as ``itertuples`` gives them), so no row tuple of boxed scalars per
-    row is built and the memory held is one chunk's cells and text besides the bytes written
-    (issue 41).
-    """
-    out = io.BytesIO()
-    text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(columns)
-    series = [df[name] for name in columns]
-    for start in range(0, len(df), _CSV_CHUNK):
-        cells = [_csv_cells(s.iloc[start : start + _CSV_CHUNK]) for s in series]
-        writer.writerows(zip(*cells, strict=True))
-        out.write(text.getvalue().encode("utf-8"))  # one chunk's text at a time
-        text.seek(0)
-        text.truncate()
-    out.write(text.getvalue().encode("utf-8"))
-    return out.getvalue()
-
-
-def _csv_cells(values: pd.Series) -> list[Any]:
-    """One column's CSV cells (see :func:`_csv`); ``tolist`` gives what iterating gives."""
-    if values.dtype.kind in "iub":  # numpy ints and bools: never empty, never a float
-        return list(values.tolist())
-    return [
-        ""
-        if v is None or (isinstance(v, float) and math.isnan(v))
-        else (f"{v:.10g}" if isinstance(v, float) else v)
-        for v in values.tolist()
-    ]
+        return frame_csv(self.items, columns + CLOZE_ITEM_COLUMNS if self.cloze else columns)
 
 
 def labels(plan: dict[str, Any]) -> tuple[str, ...] | None:
