@@ -1149,16 +1149,14 @@ def _paired_items(ds: Dataset, a: str, b: str) -> pd.DataFrame:
     is the merge's, row for row (left order, a fresh index).
     """
     it = _items(ds)
-    left = it[it["arm"] == a].loc[:, [*_PAIR_KEYS, "correct", "answer", "truth"]]
-    right = it[it["arm"] == b].loc[:, [*_PAIR_KEYS, "correct", "answer"]]
+    left = it.loc[(it["arm"] == a).to_numpy(), [*_PAIR_KEYS, "correct", "answer", "truth"]]
+    right = it.loc[(it["arm"] == b).to_numpy(), [*_PAIR_KEYS, "correct", "answer"]]
     codes = None if left.empty or right.empty else _pair_codes(left, right)
     if codes is not None:
         lk, rk = codes
         order = np.argsort(rk, kind="stable")
         ranked = rk[order]
-        if not (len(ranked) > 1 and bool((ranked[1:] == ranked[:-1]).any())) and (
-            len(np.unique(lk)) == len(lk)
-        ):
+        if _distinct(ranked) and _distinct(np.sort(lk)):
             at = np.searchsorted(ranked, lk)
             inside = at < len(ranked)
             found = np.zeros(len(lk), dtype=bool)
@@ -1171,6 +1169,11 @@ def _paired_items(ds: Dataset, a: str, b: str) -> pd.DataFrame:
             paired["answer_b"] = right["answer"].iloc[theirs].reset_index(drop=True)
             return plain(paired)
     return plain(left.merge(right, on=_PAIR_KEYS, suffixes=("_a", "_b")))
+
+
+def _distinct(ranked: npt.NDArray[np.int64]) -> bool:
+    """Whether a sorted array has no value twice (a sort, not ``np.unique``'s hash table)."""
+    return not (len(ranked) > 1 and bool((ranked[1:] == ranked[:-1]).any()))
 
 
 def _whole(values: pd.Series) -> bool:
@@ -1484,8 +1487,8 @@ def _error_phenotypes(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
     tumbling = parser == TUMBLING_E
     oriented = parser in (TUMBLING_E, "orientation-word")
     out: list[Result] = []
-    for arm in ds.arms:
-        it = items[items["arm"] == arm]
+    for arm in ds.arms:  # the columns _error_values reads, the arm's rows (in their order)
+        it = items.loc[(items["arm"] == arm).to_numpy(), ["truth", "answer", "correct", "row"]]
         r = Result(
             f"exploratory.errors.{arm}",
             f"Error phenotype of arm {arm}",
@@ -1738,9 +1741,13 @@ def _question_run(ds: Dataset, design: dict[str, Any], arm: str, model: str | No
 
 def _identical_responses(log: Ledger, ds: Dataset) -> Result | None:
     """``descriptive.identical_responses`` when replicates or models gave copies, else None."""
-    from analysis._identical import IDENTICAL_ID, identical_values, response_digests
+    from analysis._identical import IDENTICAL_ID, CopyWatch, identical_values, response_digests
 
-    digests = response_digests(log, [int(s) for s in ds.trials["response_seq"].tolist()])
+    watch = CopyWatch(ds.trials, ds.models)  # stops reading once no copy can be found
+    seqs = [int(s) for s in ds.trials["response_seq"].tolist()]
+    digests = response_digests(log, seqs, watch.add)
+    if watch.ruled_out:
+        return None
     found = identical_values(ds.trials, digests, ds.models)
     if found is None:
         return None
