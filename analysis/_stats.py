@@ -52,6 +52,7 @@ __all__ = [
     "chi_square_gof",
     "confusion_matrix",
     "contrast",
+    "draw_indices",
     "equivalence",
     "exactly_fitted",
     "flip_rate",
@@ -78,6 +79,8 @@ sm_exceptions = DeferredModule("statsmodels.tools.sm_exceptions")
 CHUNK_ELEMENTS = 1 << 18
 #: Below this many chunks a bootstrap is drawn and reduced on one thread (no pool to start).
 PIPELINE_MIN_CHUNKS = 4
+#: Index draws per ``rng.integers`` call when a chunk is filled (64 KiB: a heap block, reused).
+DRAW_PIECE = 1 << 13
 
 Sides = Literal["two-sided", "one-sided"]
 
@@ -350,32 +353,56 @@ def _generator(seed: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(seed))
 
 
+def draw_indices(rng: np.random.Generator, n: int, out: npt.NDArray[np.int64]) -> None:
+    """Fill ``out`` (C order) with ``rng.integers(0, n, size=out.shape)``'s draws, the same stream.
+
+    Drawn :data:`DRAW_PIECE` at a time into ``out``: the stream is one sequence whatever the
+    calls' sizes, and no fresh array of the chunk's size is made per chunk. (``ledger analyze``
+    fixes glibc's mmap threshold at 128 KiB, so every fresh chunk was a new mapping whose pages
+    faulted in one by one: at 10^5 trials most of the bootstraps' system time, issue 41.)
+    """
+    flat = out.reshape(-1)
+    for start in range(0, flat.size, DRAW_PIECE):
+        stop = min(flat.size, start + DRAW_PIECE)
+        flat[start:stop] = rng.integers(0, n, size=stop - start)
+
+
 def _resampled_means(
     rng: np.random.Generator, values: npt.NDArray[np.float64], iterations: int
 ) -> npt.NDArray[np.float64]:
     """Means of ``iterations`` resamples; indices drawn as one (iterations, n) C-order block.
 
     The block is drawn in cache-sized chunks of rows, in order, on this thread (so the stream is
-    the documented one). With several chunks, each chunk's gather-and-mean runs on a second
-    thread while the next chunk is drawn: numpy releases the GIL in both, so on two cores the
-    reduction hides behind the draws. At most two chunks are alive at a time.
+    the documented one), into two index buffers made once (:func:`draw_indices`); each chunk is
+    gathered into one value buffer (``np.take``) and averaged row by row, as
+    ``values[idx].mean(axis=1)`` does. With several chunks, each chunk's gather-and-mean runs on
+    a second thread while the next chunk is drawn: numpy releases the GIL in both, so on two
+    cores the reduction hides behind the draws. At most two chunks are alive at a time.
     """
     n = values.size
     out = np.empty(iterations, dtype=np.float64)
     rows = max(1, CHUNK_ELEMENTS // n)
+    shape = (min(rows, iterations), n)
+    buffers = [np.empty(shape, dtype=np.int64), np.empty(shape, dtype=np.int64)]
+    gathered = np.empty(shape, dtype=np.float64)
 
     def reduce(start: int, idx: npt.NDArray[np.int64]) -> None:
-        out[start : start + idx.shape[0]] = values[idx].mean(axis=1)
+        block = gathered[: idx.shape[0]]
+        np.take(values, idx, out=block, mode="clip")  # every index is in range: no clipping
+        out[start : start + idx.shape[0]] = block.mean(axis=1)
 
     starts = range(0, iterations, rows)
     if len(starts) < PIPELINE_MIN_CHUNKS:
         for start in starts:
-            reduce(start, rng.integers(0, n, size=(min(rows, iterations - start), n)))
+            idx = buffers[0][: min(rows, iterations - start)]
+            draw_indices(rng, n, idx)
+            reduce(start, idx)
         return out
     with ThreadPoolExecutor(max_workers=1) as worker:
         pending: Future[None] | None = None
-        for start in starts:
-            idx = rng.integers(0, n, size=(min(rows, iterations - start), n))
+        for k, start in enumerate(starts):
+            idx = buffers[k % 2][: min(rows, iterations - start)]  # not the one being reduced
+            draw_indices(rng, n, idx)
             if pending is not None:
                 pending.result()
             pending = worker.submit(reduce, start, idx)
