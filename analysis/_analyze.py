@@ -320,6 +320,7 @@ def load_dataset(
     models: Sequence[str] = (),
     variants: bool = False,
     factorial: tuple[Sequence[str], Mapping[str, Mapping[str, str]]] | None = None,
+    observe: Callable[[Any], None] | None = None,
 ) -> Dataset:
     """Build the dataset from the ledger; refuses before ``blinding.revealed``.
 
@@ -328,6 +329,8 @@ def load_dataset(
     ``models`` is the model order of a ``[models]`` study (its trial ids name the model).
     ``factorial``: the crossed factors and each cell arm's levels
     (:func:`analysis._factorial.plan_cells`), for the ``factor.<NAME>`` columns.
+    ``observe`` is handed every event of the ledger, in seq order, as the one pass reads it
+    (``ledger analyze`` takes the responses' provenance from it: no second pass, issue 41).
     """
     revealed = next(iter(log.events("blinding.revealed")), None)
     sealed = next(iter(log.events("scoring.sealed")), None)
@@ -351,6 +354,8 @@ def load_dataset(
     given_up: list[str] = []
     excluded: set[str] = set()
     for event in log.events():
+        if observe is not None:
+            observe(event)
         kind = event.kind
         if kind == "trial.requested":
             b = event.body
@@ -2378,8 +2383,13 @@ class AnalyzeResult:
     provenance: dict[str, Any] = field(default_factory=dict)
 
 
-def _study_dataset(study: Any, log: Ledger, plan: dict[str, Any]) -> Dataset:
-    """The analysis dataset of the study's ledger, as the plan reads it, with factor labels."""
+def _study_dataset(
+    study: Any, log: Ledger, plan: dict[str, Any], observe: Callable[[Any], None] | None = None
+) -> Dataset:
+    """The analysis dataset of the study's ledger, as the plan reads it, with factor labels.
+
+    ``observe`` sees every event of the ledger's one pass (:func:`load_dataset`).
+    """
     from analysis._covariates import covariate_columns
     from analysis._factorial import plan_cells
 
@@ -2393,6 +2403,7 @@ def _study_dataset(study: Any, log: Ledger, plan: dict[str, Any]) -> Dataset:
         models=models(plan),
         variants=bool(plan.get("variants")),
         factorial=plan_cells(plan),
+        observe=observe,
     )
     with_labels, labels = covariate_columns(ds.trials, plan, study, log)
     if labels:  # docs/analysis.md §11: factor labels
@@ -2427,17 +2438,26 @@ def _study_results(
     return out
 
 
-def _answers(log: Ledger, sessions: list[Any]) -> Iterator[Any]:
-    """Each ``trial.responded`` and ``run.preflight`` in seq order, read as they come.
+class _Provenance:
+    """The responses' provenance, gathered event by event from the dataset's one pass.
 
-    One query (a PostgreSQL ledger reads through one named cursor); ``run.started`` and
-    ``run.preflight`` events are also appended to ``sessions``.
+    Each ``trial.responded`` and ``run.preflight`` whose reported model is not the one
+    requested (:func:`runner._provenance.model_mismatches`, in seq order) and the sessions
+    (``run.started``, ``run.preflight``: a few) for their warnings; analysing adds neither kind,
+    so this is what a pass after the results are appended read (issue 41: one pass, not two).
     """
-    for event in log.events():
-        if event.kind in ("run.started", "run.preflight"):
-            sessions.append(event)
-        if event.kind in ("trial.responded", "run.preflight"):
-            yield event
+
+    def __init__(self, plan: dict[str, Any]) -> None:
+        self.plan = plan
+        self.sessions: list[Any] = []
+        self.mismatches: list[Any] = []
+
+    def __call__(self, event: Any) -> None:
+        kind = event.kind
+        if kind in ("run.started", "run.preflight"):
+            self.sessions.append(event)
+        if kind in ("trial.responded", "run.preflight"):
+            self.mismatches += model_mismatches(self.plan, (event,))
 
 
 def forget_derived(ds: Dataset) -> None:
@@ -2467,7 +2487,8 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         protocol = protocol_event(log)
         assert protocol is not None
         plan = protocol.body
-        ds = _study_dataset(study, log, plan)
+        provenance = _Provenance(plan)
+        ds = _study_dataset(study, log, plan, provenance)
         trial_phase = trial_phases(log) if len(protocol_events(log)) > 1 else None
         results = run_analyses(ds, plan, trial_phase, hypothesis_phases(plan, log))
         results += _study_results(study, log, plan, ds, results)
@@ -2493,20 +2514,14 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         ]
         events = log.append_many(specs, key=key)
         log.sign_checkpoint(key)
-        # one streamed pass in seq order (issue 41): no list of every response's envelope;
-        # the sessions (run.started, run.preflight: a few) are kept for their warnings
-        sessions: list[Any] = []
-        answers = _answers(log, sessions)
-        mismatches = model_mismatches(plan, answers)
-        for _ in answers:  # anything model_mismatches left unread: sessions complete
-            pass
-        warned = recorded_warnings(sessions)
-    provenance = {
+    mismatches = provenance.mismatches
+    warned = recorded_warnings(provenance.sessions)
+    recorded = {
         "environment": plan.get("environment"),
         "model_mismatches": len(mismatches),
         "first_mismatches": [m.as_dict() for m in mismatches[:5]],
         "model_identity_warnings": [{"seq": seq, "warning": line} for seq, line in warned],
     }
     return AnalyzeResult(
-        [r.as_dict() for r in results], events[0].seq, inputs["trials_csv_sha256"], provenance
+        [r.as_dict() for r in results], events[0].seq, inputs["trials_csv_sha256"], recorded
     )
