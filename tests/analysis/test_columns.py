@@ -205,3 +205,22 @@ def test_typed_columns_are_what_pandas_infers(values: list[Any]) -> None:
     if typed is not None:
         assert typed.dtype in (np.int64, np.bool_)
         assert typed.tolist() == values
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pd.Series(pd.Categorical(["s1", None, "s2", "nan", "s1"])),
+        pd.Series(pd.Categorical([1, 2, None, 1])),
+        pd.Series(pd.Categorical([None, None], categories=[])),
+        pd.Series(["s1", None, "s2"], dtype="str"),
+        pd.Series([1, 2, 3]),
+    ],
+)
+def test_str_in_is_astype_str_isin(values: pd.Series) -> None:
+    """Issue 41: a category column is tested by its categories, with astype(str).isin's answer."""
+    from analysis._analyze import _str_in
+
+    for keep in ({"s1"}, {"1", "s2"}, {"nan"}, set()):
+        expected = values.astype(str).isin(keep).to_numpy()
+        assert _str_in(values, keep).tolist() == expected.tolist(), keep
