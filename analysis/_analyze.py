@@ -16,11 +16,10 @@ Each result is one ``analysis.result`` event: ``{"id", "title", "label", "hypoth
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import math
+import operator
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -44,6 +43,7 @@ from analysis._result_text import NOT_APPLICABLE as NOT_APPLICABLE
 from analysis._result_text import describe_decision as describe_decision
 from analysis._result_text import verdict_caution as verdict_caution
 from analysis._rows import Column, columns_frame, plain, split_trial
+from analysis._table_csv import frame_csv
 from analysis.statistics.lmm import MODEL_CAUTION
 from ledger import EventSpec, Ledger, SealPolicy, SigningKey
 from runner import (
@@ -214,8 +214,8 @@ class Dataset:
         keep = {str(x) for x in stimuli}
         return replace(
             self,
-            trials=self.trials[self.trials["stimulus"].astype(str).isin(keep)],
-            items=self.items[self.items["stimulus"].astype(str).isin(keep)],
+            trials=self.trials[_str_in(self.trials["stimulus"], keep)],
+            items=self.items[_str_in(self.items["stimulus"], keep)],
         )  # every other member (given_up, sources, models, variants, cloze) kept
 
     def for_model(self, model: str) -> Dataset:
@@ -237,8 +237,8 @@ class Dataset:
 
         return replace(
             self,
-            trials=self.trials[self.trials["variant"].astype(str) == variant],
-            items=self.items[self.items["variant"].astype(str) == variant],
+            trials=self.trials[_str_in(self.trials["variant"], {variant})],
+            items=self.items[_str_in(self.items["variant"], {variant})],
             given_up=tuple(g for g in self.given_up if trial_variant(g) == variant),
             excluded_trials=tuple(g for g in self.excluded_trials if trial_variant(g) == variant),
         )  # every other member (models, variants, cloze, ...) kept
@@ -254,8 +254,10 @@ class Dataset:
             *(f"covariate.{n}" for n in self.covariates),
         )  # analysis.md §2: factor levels, ddx metrics, factor labels (§11)
         if self.variants:
-            return _csv(self.trials, (*VARIANT_TRIAL_COLUMNS, *extra))
-        return _csv(self.trials, (*(MODEL_TRIAL_COLUMNS if self.models else TRIAL_COLUMNS), *extra))
+            return frame_csv(self.trials, (*VARIANT_TRIAL_COLUMNS, *extra))
+        return frame_csv(
+            self.trials, (*(MODEL_TRIAL_COLUMNS if self.models else TRIAL_COLUMNS), *extra)
+        )
 
     def items_csv(self) -> bytes:
         """The item table as CSV (columns :data:`ITEM_COLUMNS` or :data:`MODEL_ITEM_COLUMNS`)."""
@@ -266,46 +268,20 @@ class Dataset:
             if self.models
             else ITEM_COLUMNS
         )
-        return _csv(self.items, columns + CLOZE_ITEM_COLUMNS if self.cloze else columns)
+        return frame_csv(self.items, columns + CLOZE_ITEM_COLUMNS if self.cloze else columns)
 
 
-_CSV_CHUNK = 65_536
-"""Rows per chunk when a dataset is written as CSV (the cells of one chunk are held at once)."""
+def _str_in(values: pd.Series, keep: set[str]) -> npt.NDArray[np.bool_]:
+    """``values.astype(str).isin(keep)`` as an array; a category column by its categories.
 
-
-def _csv(df: pd.DataFrame, columns: Sequence[str]) -> bytes:
-    """``df``'s ``columns`` as CSV: empty for None/NaN, floats as ``%.10g``, else ``str``.
-
-    Column by column within chunks of :data:`_CSV_CHUNK` rows (each column's values as its
-    Series iterates them, as ``itertuples`` gives them), so no row tuple of boxed scalars per
-    row is built and the memory held is one chunk's cells and text besides the bytes written
-    (issue 41).
+    A ``category`` column of strings (the item table's labels) is tested category by category
+    and the answer taken by each row's code (a missing cell is never kept), so no string is
+    made per row: at 10^5 trials the item table has 5.5 million rows (issue 41).
     """
-    out = io.BytesIO()
-    text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(columns)
-    series = [df[name] for name in columns]
-    for start in range(0, len(df), _CSV_CHUNK):
-        cells = [_csv_cells(s.iloc[start : start + _CSV_CHUNK]) for s in series]
-        writer.writerows(zip(*cells, strict=True))
-        out.write(text.getvalue().encode("utf-8"))  # one chunk's text at a time
-        text.seek(0)
-        text.truncate()
-    out.write(text.getvalue().encode("utf-8"))
-    return out.getvalue()
-
-
-def _csv_cells(values: pd.Series) -> list[Any]:
-    """One column's CSV cells (see :func:`_csv`); ``tolist`` gives what iterating gives."""
-    if values.dtype.kind in "iub":  # numpy ints and bools: never empty, never a float
-        return list(values.tolist())
-    return [
-        ""
-        if v is None or (isinstance(v, float) and math.isnan(v))
-        else (f"{v:.10g}" if isinstance(v, float) else v)
-        for v in values.tolist()
-    ]
+    if isinstance(values.dtype, pd.CategoricalDtype) and values.cat.categories.dtype == "str":
+        table = np.append(values.cat.categories.isin(keep), False)
+        return np.asarray(table[values.cat.codes.to_numpy()], dtype=bool)  # code -1: the last
+    return np.asarray(values.astype(str).isin(keep).to_numpy(), dtype=bool)
 
 
 def models(plan: dict[str, Any]) -> tuple[str, ...]:
@@ -327,6 +303,7 @@ def load_dataset(
     models: Sequence[str] = (),
     variants: bool = False,
     factorial: tuple[Sequence[str], Mapping[str, Mapping[str, str]]] | None = None,
+    observe: Callable[[Any], None] | None = None,
 ) -> Dataset:
     """Build the dataset from the ledger; refuses before ``blinding.revealed``.
 
@@ -335,6 +312,8 @@ def load_dataset(
     ``models`` is the model order of a ``[models]`` study (its trial ids name the model).
     ``factorial``: the crossed factors and each cell arm's levels
     (:func:`analysis._factorial.plan_cells`), for the ``factor.<NAME>`` columns.
+    ``observe`` is handed every event of the ledger, in seq order, as the one pass reads it
+    (``ledger analyze`` takes the responses' provenance from it: no second pass, issue 41).
     """
     revealed = next(iter(log.events("blinding.revealed")), None)
     sealed = next(iter(log.events("scoring.sealed")), None)
@@ -354,12 +333,12 @@ def load_dataset(
     # the cloze columns only for the cloze parser (the only one whose items.csv has them)
     item_names = [*VARIANT_ITEM_COLUMNS, *(CLOZE_ITEM_COLUMNS if parser == "cloze" else ())]
     tcol = {name: Column() for name in trial_names}
-    icol = {name: Column() for name in item_names if name not in _TRIAL_LEVEL_ITEM_COLUMNS}
-    icol["order"] = Column()  # one row per trial, like tcol (repeated on its items at the end)
-    per_trial = array("i")  # each scored trial's number of items, in tcol's row order
+    items = _ItemColumns(item_names, parser)
     given_up: list[str] = []
     excluded: set[str] = set()
     for event in log.events():
+        if observe is not None:
+            observe(event)
         kind = event.kind
         if kind == "trial.requested":
             b = event.body
@@ -383,15 +362,15 @@ def load_dataset(
                 event,
                 requests[responses[event.body["response_seq"]]],
                 code_arm,
-                parser,
                 exclude_unparseable,
                 cells,
                 names,
                 tcol,
-                icol,
-                per_trial,
+                items,
             )
     del requests, responses
+    icol, per_trial = items.columns, items.per_trial
+    del items
     counts = np.frombuffer(per_trial, dtype=np.int32).astype(np.intp)
     order = icol.pop("order")
     items_df = columns_frame(  # the trial-level columns repeated on each trial's items
@@ -420,24 +399,102 @@ def load_dataset(
     )
 
 
+class _ItemColumns:
+    """The item columns of the dataset being read (:func:`load_dataset`), one trial at a time.
+
+    ``columns`` holds the item-level columns and ``order`` (one row per trial, repeated on its
+    items when the frame is built), ``per_trial`` each trial's number of items. A scores blob
+    is named by its SHA-256, so trials whose scores are the same blob (a perfect answer to a
+    stimulus, a deterministic model's replicates) have the same items: the codes of the last
+    :data:`SCORES_MEMO` blobs read (with the trial's option order, which maps the labels back)
+    are kept and reused without reading or parsing the blob again (issue 41).
+    """
+
+    def __init__(self, names: Sequence[str], parser: str) -> None:
+        self.columns = {name: Column() for name in names if name not in _TRIAL_LEVEL_ITEM_COLUMNS}
+        self.columns["order"] = Column()
+        self.per_trial = array("i")
+        self.parser = parser
+        self._read: dict[tuple[str, str], tuple[int, bool, tuple[array[int], ...]]] = {}
+
+    def add(self, log: Ledger, event: Any, order: str) -> bool:
+        """Add the items of one ``trial.scored``; whether the trial is a specificity control."""
+        self.columns["order"].append(order)
+        if self.parser == "ddx":  # a differential list has metrics, no items
+            self.per_trial.append(0)
+            return False
+        digest = str(event.blobs["scores"])
+        known = self._read.get((digest, order))
+        if known is not None:
+            count, control, codes = known
+            for name, column_codes in zip(_ITEM_FIELD_NAMES, codes, strict=True):
+                self.columns[name].extend_codes(column_codes)
+            self.per_trial.append(count)
+            return control
+        items = json.loads(log.blob(digest))
+        count = len(items)
+        self.per_trial.append(count)
+        control = self.parser == TUMBLING_E and count == 1 and items[0]["truth"] == CONTROL_TRUTH
+        if not items:
+            return control
+        # each item column's values as one tuple (the trial's items), coded at once
+        rows, positions, truths, answers, corrects = zip(*map(_ITEM_FIELDS, items), strict=True)
+        if order:  # the labels mapped back to the original options (docs/variants.md section 2)
+            originals = (
+                tuple(_back(order, t) for t in truths),
+                tuple(_back(order, a) for a in answers),
+            )
+        else:
+            originals = (truths, answers)
+        values = (rows, positions, truths, answers, corrects, *originals)
+        codes = tuple(
+            self.columns[name].extend(v) for name, v in zip(_ITEM_FIELD_NAMES, values, strict=True)
+        )
+        if "logprobs" in self.columns:  # the cloze parser: its own columns, never remembered
+            for item in items:
+                self.columns["logprobs"].append(
+                    rfc8785.dumps(item["logprobs"]).decode("utf-8") if "logprobs" in item else None
+                )
+                self.columns["margin"].append(item.get("margin"))
+            return control
+        if len(self._read) >= SCORES_MEMO:
+            self._read.clear()
+        self._read[(digest, order)] = (count, control, codes)
+        return control
+
+
+SCORES_MEMO = 4096
+"""How many scores blobs' item codes :class:`_ItemColumns` keeps (a few kB each)."""
+_ITEM_FIELDS = operator.itemgetter("row", "position", "truth", "answer", "correct")
+"""An item's values of the item columns read from its scores (:class:`_ItemColumns`)."""
+_ITEM_FIELD_NAMES = (
+    "row",
+    "position",
+    "truth",
+    "answer",
+    "correct",
+    "truth_original",
+    "answer_original",
+)
+"""The item columns :class:`_ItemColumns` fills from a trial's scores, in its order."""
+
+
 def _fold_scored(
     log: Ledger,
     event: Any,
     request: tuple[Any, ...],
     code_arm: Mapping[str, str],
-    parser: str,
     exclude_unparseable: bool,
     cells: Mapping[str, Mapping[str, str]],
     names: Sequence[str],
     tcol: dict[str, Column],
-    icol: dict[str, Column],
-    per_trial: array[int],
+    items: _ItemColumns,
 ) -> None:
     """Add one ``trial.scored`` (its trial row and its items) to the dataset's columns.
 
-    The item columns get the item-level values only; the trial's own (``trial``, ``arm``, ...,
-    and ``order`` in ``icol``) are repeated on its items when the frame is built, from
-    ``per_trial``, each trial's number of items.
+    The item columns get the item-level values only (:class:`_ItemColumns`); the trial's own
+    (``trial``, ``arm``, ..., and ``order``) are repeated on its items when the frame is
+    built, from ``items.per_trial``, each trial's number of items.
     """
     trial, request_arm, stimulus, rep, variant = request
     body = event.body
@@ -447,12 +504,11 @@ def _fold_scored(
             f"{log.path}: seq {event.seq}: arm code {body['arm_code']} does not belong to "
             f"arm {request_arm} of trial {trial}"
         )
+    parser = items.parser
     metric_values = (body.get("ddx") or {}).get("metrics") if parser == "ddx" else None
-    items = [] if parser == "ddx" else json.loads(log.blob(event.blobs["scores"]))
-    control = parser == TUMBLING_E and len(items) == 1 and items[0]["truth"] == CONTROL_TRUTH
+    control = items.add(log, event, str(body.get("order", "")))
     n_items = int(body["n_items"])
     model = split_trial(trial)[1] or ""
-    order = str(body.get("order", ""))
     row = {
         "trial": trial,
         "arm": arm,
@@ -473,22 +529,6 @@ def _fold_scored(
     }
     for name, column in tcol.items():
         column.append(row[name])
-    per_trial.append(len(items))
-    icol["order"].append(order)
-    cloze = "logprobs" in icol
-    for item in items:
-        icol["row"].append(item["row"])
-        icol["position"].append(item["position"])
-        icol["truth"].append(item["truth"])
-        icol["answer"].append(item["answer"])
-        icol["correct"].append(item["correct"])
-        icol["truth_original"].append(_back(order, item["truth"]))
-        icol["answer_original"].append(_back(order, item["answer"]))
-        if cloze:
-            icol["logprobs"].append(
-                rfc8785.dumps(item["logprobs"]).decode("utf-8") if "logprobs" in item else None
-            )
-            icol["margin"].append(item.get("margin"))
 
 
 def _metric(value: Any) -> float:
@@ -1041,16 +1081,14 @@ def _paired_items(ds: Dataset, a: str, b: str) -> pd.DataFrame:
     is the merge's, row for row (left order, a fresh index).
     """
     it = _items(ds)
-    left = it[it["arm"] == a].loc[:, [*_PAIR_KEYS, "correct", "answer", "truth"]]
-    right = it[it["arm"] == b].loc[:, [*_PAIR_KEYS, "correct", "answer"]]
+    left = it.loc[(it["arm"] == a).to_numpy(), [*_PAIR_KEYS, "correct", "answer", "truth"]]
+    right = it.loc[(it["arm"] == b).to_numpy(), [*_PAIR_KEYS, "correct", "answer"]]
     codes = None if left.empty or right.empty else _pair_codes(left, right)
     if codes is not None:
         lk, rk = codes
         order = np.argsort(rk, kind="stable")
         ranked = rk[order]
-        if not (len(ranked) > 1 and bool((ranked[1:] == ranked[:-1]).any())) and (
-            len(np.unique(lk)) == len(lk)
-        ):
+        if _distinct(ranked) and _distinct(np.sort(lk)):
             at = np.searchsorted(ranked, lk)
             inside = at < len(ranked)
             found = np.zeros(len(lk), dtype=bool)
@@ -1063,6 +1101,11 @@ def _paired_items(ds: Dataset, a: str, b: str) -> pd.DataFrame:
             paired["answer_b"] = right["answer"].iloc[theirs].reset_index(drop=True)
             return plain(paired)
     return plain(left.merge(right, on=_PAIR_KEYS, suffixes=("_a", "_b")))
+
+
+def _distinct(ranked: npt.NDArray[np.int64]) -> bool:
+    """Whether a sorted array has no value twice (a sort, not ``np.unique``'s hash table)."""
+    return not (len(ranked) > 1 and bool((ranked[1:] == ranked[:-1]).any()))
 
 
 def _whole(values: pd.Series) -> bool:
@@ -1376,8 +1419,8 @@ def _error_phenotypes(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
     tumbling = parser == TUMBLING_E
     oriented = parser in (TUMBLING_E, "orientation-word")
     out: list[Result] = []
-    for arm in ds.arms:
-        it = items[items["arm"] == arm]
+    for arm in ds.arms:  # the columns _error_values reads, the arm's rows (in their order)
+        it = items.loc[(items["arm"] == arm).to_numpy(), ["truth", "answer", "correct", "row"]]
         r = Result(
             f"exploratory.errors.{arm}",
             f"Error phenotype of arm {arm}",
@@ -1630,9 +1673,13 @@ def _question_run(ds: Dataset, design: dict[str, Any], arm: str, model: str | No
 
 def _identical_responses(log: Ledger, ds: Dataset) -> Result | None:
     """``descriptive.identical_responses`` when replicates or models gave copies, else None."""
-    from analysis._identical import IDENTICAL_ID, identical_values, response_digests
+    from analysis._identical import IDENTICAL_ID, CopyWatch, identical_values, response_digests
 
-    digests = response_digests(log, [int(s) for s in ds.trials["response_seq"].tolist()])
+    watch = CopyWatch(ds.trials, ds.models)  # stops reading once no copy can be found
+    seqs = [int(s) for s in ds.trials["response_seq"].tolist()]
+    digests = response_digests(log, seqs, watch.add)
+    if watch.ruled_out:
+        return None
     found = identical_values(ds.trials, digests, ds.models)
     if found is None:
         return None
@@ -2263,8 +2310,13 @@ class AnalyzeResult:
     provenance: dict[str, Any] = field(default_factory=dict)
 
 
-def _study_dataset(study: Any, log: Ledger, plan: dict[str, Any]) -> Dataset:
-    """The analysis dataset of the study's ledger, as the plan reads it, with factor labels."""
+def _study_dataset(
+    study: Any, log: Ledger, plan: dict[str, Any], observe: Callable[[Any], None] | None = None
+) -> Dataset:
+    """The analysis dataset of the study's ledger, as the plan reads it, with factor labels.
+
+    ``observe`` sees every event of the ledger's one pass (:func:`load_dataset`).
+    """
     from analysis._covariates import covariate_columns
     from analysis._factorial import plan_cells
 
@@ -2278,6 +2330,7 @@ def _study_dataset(study: Any, log: Ledger, plan: dict[str, Any]) -> Dataset:
         models=models(plan),
         variants=bool(plan.get("variants")),
         factorial=plan_cells(plan),
+        observe=observe,
     )
     with_labels, labels = covariate_columns(ds.trials, plan, study, log)
     if labels:  # docs/analysis.md §11: factor labels
@@ -2312,17 +2365,26 @@ def _study_results(
     return out
 
 
-def _answers(log: Ledger, sessions: list[Any]) -> Iterator[Any]:
-    """Each ``trial.responded`` and ``run.preflight`` in seq order, read as they come.
+class _Provenance:
+    """The responses' provenance, gathered event by event from the dataset's one pass.
 
-    One query (a PostgreSQL ledger reads through one named cursor); ``run.started`` and
-    ``run.preflight`` events are also appended to ``sessions``.
+    Each ``trial.responded`` and ``run.preflight`` whose reported model is not the one
+    requested (:func:`runner._provenance.model_mismatches`, in seq order) and the sessions
+    (``run.started``, ``run.preflight``: a few) for their warnings; analysing adds neither kind,
+    so this is what a pass after the results are appended read (issue 41: one pass, not two).
     """
-    for event in log.events():
-        if event.kind in ("run.started", "run.preflight"):
-            sessions.append(event)
-        if event.kind in ("trial.responded", "run.preflight"):
-            yield event
+
+    def __init__(self, plan: dict[str, Any]) -> None:
+        self.plan = plan
+        self.sessions: list[Any] = []
+        self.mismatches: list[Any] = []
+
+    def __call__(self, event: Any) -> None:
+        kind = event.kind
+        if kind in ("run.started", "run.preflight"):
+            self.sessions.append(event)
+        if kind in ("trial.responded", "run.preflight"):
+            self.mismatches += model_mismatches(self.plan, (event,))
 
 
 def forget_derived(ds: Dataset) -> None:
@@ -2352,7 +2414,8 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         protocol = protocol_event(log)
         assert protocol is not None
         plan = protocol.body
-        ds = _study_dataset(study, log, plan)
+        provenance = _Provenance(plan)
+        ds = _study_dataset(study, log, plan, provenance)
         trial_phase = trial_phases(log) if len(protocol_events(log)) > 1 else None
         results = run_analyses(ds, plan, trial_phase, hypothesis_phases(plan, log))
         results += _study_results(study, log, plan, ds, results)
@@ -2378,20 +2441,14 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         ]
         events = log.append_many(specs, key=key)
         log.sign_checkpoint(key)
-        # one streamed pass in seq order (issue 41): no list of every response's envelope;
-        # the sessions (run.started, run.preflight: a few) are kept for their warnings
-        sessions: list[Any] = []
-        answers = _answers(log, sessions)
-        mismatches = model_mismatches(plan, answers)
-        for _ in answers:  # anything model_mismatches left unread: sessions complete
-            pass
-        warned = recorded_warnings(sessions)
-    provenance = {
+    mismatches = provenance.mismatches
+    warned = recorded_warnings(provenance.sessions)
+    recorded = {
         "environment": plan.get("environment"),
         "model_mismatches": len(mismatches),
         "first_mismatches": [m.as_dict() for m in mismatches[:5]],
         "model_identity_warnings": [{"seq": seq, "warning": line} for seq, line in warned],
     }
     return AnalyzeResult(
-        [r.as_dict() for r in results], events[0].seq, inputs["trials_csv_sha256"], provenance
+        [r.as_dict() for r in results], events[0].seq, inputs["trials_csv_sha256"], recorded
     )

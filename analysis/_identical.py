@@ -11,7 +11,7 @@ note saying how the registered tests treat the copies; the report, the viewer an
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from analysis._parse import ParseError, response_text
@@ -49,11 +49,15 @@ IDENTICAL_NOTE = {
 """The sentence recorded for each kind of copy (``values.note``)."""
 
 
-def response_digests(log: Any, response_seqs: list[int]) -> dict[int, str | None]:
+def response_digests(
+    log: Any, response_seqs: list[int], stop: Callable[[int, str | None], bool] | None = None
+) -> dict[int, str | None]:
     """SHA-256 (hex) of the UTF-8 response text of each ``trial.responded`` seq.
 
     The text is the one the scorer reads (:func:`analysis._parse.response_text`, a batch line
-    unwrapped first); ``None`` when the body has no readable text.
+    unwrapped first); ``None`` when the body has no readable text. ``stop`` is called with each
+    seq and digest, in seq order; when it answers True no more responses are read (the dict
+    then holds those read so far: :class:`CopyWatch`).
     """
     wanted = set(response_seqs)
     out: dict[int, str | None] = {}
@@ -65,9 +69,63 @@ def response_digests(log: Any, response_seqs: list[int]) -> dict[int, str | None
             text = response_text(*unwrap_batch(raw, str(event.body.get("format", ""))))
         except ParseError:
             out[event.seq] = None
-            continue
-        out[event.seq] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        else:
+            out[event.seq] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        if stop is not None and stop(event.seq, out[event.seq]):
+            break
     return out
+
+
+class CopyWatch:
+    """Tells, digest by digest, when :func:`identical_values` can only give None (issue 41).
+
+    Without model pairs (a study of at most one model), copies are found only where every
+    replicate of an (arm, model) is alike; one (stimulus, variant) cell of it with two
+    different texts rules that (arm, model) out for good. Once every (arm, model) of the trial
+    table is ruled out, no response read later can change the answer: ``ledger analyze`` then
+    stops reading responses (a model whose replicates vary is ruled out within a few of its
+    trials; a deterministic one is read to the end, as before). ``active`` is False, and
+    :meth:`add` never answers True, with two or more models, an empty table, or a key or
+    response seq that occurs twice (the rule's dict would then keep the last).
+    """
+
+    def __init__(self, trials: pd.DataFrame, models: tuple[str, ...]) -> None:
+        import numpy as np
+
+        keys = ["arm", "model", "stimulus", "variant", "rep"]
+        seqs = trials["response_seq"].to_numpy(dtype=np.int64)
+        texts = trials.loc[:, keys].astype(str)  # the rule's keys are the str of each column
+        self.active = (
+            len(models) < 2
+            and len(trials) > 0
+            and not bool(texts.duplicated().any())
+            and len(np.unique(seqs)) == len(seqs)
+        )
+        self.ruled_out = False
+        """True once every (arm, model) has a cell of two texts: the rule gives None."""
+        order = np.argsort(seqs, kind="stable")
+        self._seqs, self._rows = seqs[order], order
+        group = texts.groupby(["arm", "model"], sort=False).ngroup().to_numpy()
+        self._group = group
+        self._cell = texts.groupby(keys[:4], sort=False).ngroup().to_numpy()
+        self._open = np.ones(int(group.max()) + 1 if len(group) else 0, dtype=bool)
+        self._left = len(self._open)
+        self._first: dict[int, str] = {}
+
+    def add(self, seq: int, digest: str | None) -> bool:
+        """Note one response's digest; True when every (arm, model) is ruled out."""
+        if not self.active or digest is None:
+            return False
+        at = int(self._seqs.searchsorted(seq))
+        if at >= len(self._seqs) or int(self._seqs[at]) != seq:
+            return False  # not a scored trial's response: the rule never reads it
+        row = int(self._rows[at])
+        group, cell = int(self._group[row]), int(self._cell[row])
+        if self._open[group] and self._first.setdefault(cell, digest) != digest:
+            self._open[group] = False
+            self._left -= 1
+            self.ruled_out = self._left == 0
+        return self.ruled_out
 
 
 def identical_values(

@@ -87,9 +87,11 @@ def resample_means(
     out = [np.empty(n_iter, dtype=np.float64) for _ in columns]
     rows = max(1, st.CHUNK_ELEMENTS // n)
     drawn = np.empty((min(rows, n_iter), n), dtype=np.float64)  # reused: no allocation per block
+    indices = np.empty(drawn.shape, dtype=np.int64)  # likewise (st.draw_indices: the same stream)
     for start in range(0, n_iter, rows):
         m = min(rows, n_iter - start)
-        idx = rng.integers(0, n, size=(m, n))
+        idx = indices[:m]
+        st.draw_indices(rng, n, idx)
         for column, reps in zip(columns, out, strict=True):
             np.take(column, idx, out=drawn[:m], mode="clip")  # indices are in range
             reps[start : start + m] = drawn[:m].mean(axis=1)

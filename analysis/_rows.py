@@ -173,6 +173,11 @@ def score_row(event: RecordedEvent) -> tuple[Any, ...]:
     )
 
 
+EXTEND_MEMO = 4096
+"""How many value tuples a :class:`Column` remembers for :meth:`Column.extend` (each a few
+hundred bytes: a trial's items)."""
+
+
 class Column:
     """One column of a table built row by row, kept compact: a code per row, each value once.
 
@@ -183,7 +188,7 @@ class Column:
     array holding the very objects appended (issue 41: the analysis dataset at 10^5 trials).
     """
 
-    __slots__ = ("_codes", "_index", "_repeated", "_values")
+    __slots__ = ("_codes", "_index", "_repeated", "_runs", "_values")
 
     def __init__(self) -> None:
         self._codes = array("i")
@@ -191,6 +196,8 @@ class Column:
         self._values: list[Any] = []
         self._repeated: npt.NDArray[np.int32] | None = None
         """The row codes of a column made by :meth:`repeated` (read-only), else None."""
+        self._runs: dict[tuple[tuple[Any, ...], tuple[type, ...]], array[int]] = {}
+        """Codes of value tuples :meth:`extend` was given, keyed by the values and their types."""
 
     def __len__(self) -> int:
         return len(self._codes) if self._repeated is None else len(self._repeated)
@@ -213,6 +220,47 @@ class Column:
             code = len(self._values)
             self._values.append(value)
         self._codes.append(code)
+
+    def extend(self, values: tuple[Any, ...]) -> array[int]:
+        """Add one row per value, in order: the codes :meth:`append` would give, one by one.
+
+        A tuple of values given before (equal values of the same types: a stimulus's rows and
+        truths repeat on each of its trials, a perfect trial's answers too) reuses the codes
+        made the first time, so a trial's items cost one tuple look-up a column instead of an
+        :meth:`append` an item (issue 41: the dataset of 10^5 trials has 5.5 million items).
+        At most :data:`EXTEND_MEMO` tuples are remembered (then forgotten all at once).
+        Returns the codes added (shared: for :meth:`extend_codes` of this column only).
+        """
+        key = (values, tuple(map(type, values)))
+        try:
+            codes = self._runs.get(key)
+        except TypeError:  # an unhashable value (a list, a dict): appended one by one
+            start = len(self._codes)
+            for value in values:
+                self.append(value)
+            return self._codes[start:]
+        if codes is not None:
+            self._codes.extend(codes)
+            return codes
+        index = self._index
+        try:  # every value seen before: their codes (the keys append uses)
+            codes = array(
+                "i", [index[v if v.__class__ is str else (v.__class__, v)] for v in values]
+            )
+            self._codes.extend(codes)
+        except KeyError:  # a new value: one by one
+            start = len(self._codes)
+            for value in values:
+                self.append(value)
+            codes = self._codes[start:]
+        if len(self._runs) >= EXTEND_MEMO:
+            self._runs.clear()
+        self._runs[key] = codes
+        return codes
+
+    def extend_codes(self, codes: array[int]) -> None:
+        """Add rows by codes an :meth:`extend` of this very column returned (the same values)."""
+        self._codes.extend(codes)
 
     def extend_code(self, other: Column, count: int) -> None:
         """Repeat ``other``'s last value ``count`` times (a trial's value on each of its items)."""
@@ -259,6 +307,26 @@ class Column:
             [rank.get(v, -1) if v.__class__ is str else -1 for v in self._values], dtype=np.int32
         )
         return pd.Categorical.from_codes(remap[raw], categories=pd.Index(strings, dtype="str"))
+
+    def typed(self) -> npt.NDArray[np.int64] | npt.NDArray[np.bool_] | None:
+        """The column as ``int64`` or ``bool`` when pandas would infer that, without objects.
+
+        ``int64`` when every value is an ``int`` within 64 bits, ``bool`` when every value is a
+        ``bool``: the array pandas infers from :meth:`objects`. None for any other column
+        (None, floats, strings, mixed types: :meth:`objects` then).
+        """
+        values = self._values
+        if not values:
+            return None
+        if all(v.__class__ is bool for v in values):
+            return np.array(values, dtype=np.bool_)[self._rows()]
+        if not all(v.__class__ is int for v in values):
+            return None
+        try:
+            table = np.array(values, dtype=np.int64)
+        except OverflowError:  # beyond int64: pandas' inference decides (uint64 or object)
+            return None
+        return table[self._rows()]
 
     def objects(self) -> npt.NDArray[np.object_]:
         """The column as an object array of the appended values (shared, not copied)."""
@@ -323,6 +391,10 @@ def columns_frame(
                 if coded is not None:
                     data[name] = coded
                     continue
+            typed = column.typed()
+            if typed is not None:  # ints or bools: the array pandas would infer, made directly
+                data[name] = typed
+                continue
             objects = column.objects()
         del column
         data[name] = convert_object_array([objects], dtype=None)[0]

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+from pandas.api.types import infer_dtype
 
 from analysis._deferred import DeferredModule
 
@@ -51,6 +52,7 @@ __all__ = [
     "chi_square_gof",
     "confusion_matrix",
     "contrast",
+    "draw_indices",
     "equivalence",
     "exactly_fitted",
     "flip_rate",
@@ -77,6 +79,8 @@ sm_exceptions = DeferredModule("statsmodels.tools.sm_exceptions")
 CHUNK_ELEMENTS = 1 << 18
 #: Below this many chunks a bootstrap is drawn and reduced on one thread (no pool to start).
 PIPELINE_MIN_CHUNKS = 4
+#: Index draws per ``rng.integers`` call when a chunk is filled (64 KiB: a heap block, reused).
+DRAW_PIECE = 1 << 13
 
 Sides = Literal["two-sided", "one-sided"]
 
@@ -349,32 +353,56 @@ def _generator(seed: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(seed))
 
 
+def draw_indices(rng: np.random.Generator, n: int, out: npt.NDArray[np.int64]) -> None:
+    """Fill ``out`` (C order) with ``rng.integers(0, n, size=out.shape)``'s draws, the same stream.
+
+    Drawn :data:`DRAW_PIECE` at a time into ``out``: the stream is one sequence whatever the
+    calls' sizes, and no fresh array of the chunk's size is made per chunk. (``ledger analyze``
+    fixes glibc's mmap threshold at 128 KiB, so every fresh chunk was a new mapping whose pages
+    faulted in one by one: at 10^5 trials most of the bootstraps' system time, issue 41.)
+    """
+    flat = out.reshape(-1)
+    for start in range(0, flat.size, DRAW_PIECE):
+        stop = min(flat.size, start + DRAW_PIECE)
+        flat[start:stop] = rng.integers(0, n, size=stop - start)
+
+
 def _resampled_means(
     rng: np.random.Generator, values: npt.NDArray[np.float64], iterations: int
 ) -> npt.NDArray[np.float64]:
     """Means of ``iterations`` resamples; indices drawn as one (iterations, n) C-order block.
 
     The block is drawn in cache-sized chunks of rows, in order, on this thread (so the stream is
-    the documented one). With several chunks, each chunk's gather-and-mean runs on a second
-    thread while the next chunk is drawn: numpy releases the GIL in both, so on two cores the
-    reduction hides behind the draws. At most two chunks are alive at a time.
+    the documented one), into two index buffers made once (:func:`draw_indices`); each chunk is
+    gathered into one value buffer (``np.take``) and averaged row by row, as
+    ``values[idx].mean(axis=1)`` does. With several chunks, each chunk's gather-and-mean runs on
+    a second thread while the next chunk is drawn: numpy releases the GIL in both, so on two
+    cores the reduction hides behind the draws. At most two chunks are alive at a time.
     """
     n = values.size
     out = np.empty(iterations, dtype=np.float64)
     rows = max(1, CHUNK_ELEMENTS // n)
+    shape = (min(rows, iterations), n)
+    buffers = [np.empty(shape, dtype=np.int64), np.empty(shape, dtype=np.int64)]
+    gathered = np.empty(shape, dtype=np.float64)
 
     def reduce(start: int, idx: npt.NDArray[np.int64]) -> None:
-        out[start : start + idx.shape[0]] = values[idx].mean(axis=1)
+        block = gathered[: idx.shape[0]]
+        np.take(values, idx, out=block, mode="clip")  # every index is in range: no clipping
+        out[start : start + idx.shape[0]] = block.mean(axis=1)
 
     starts = range(0, iterations, rows)
     if len(starts) < PIPELINE_MIN_CHUNKS:
         for start in starts:
-            reduce(start, rng.integers(0, n, size=(min(rows, iterations - start), n)))
+            idx = buffers[0][: min(rows, iterations - start)]
+            draw_indices(rng, n, idx)
+            reduce(start, idx)
         return out
     with ThreadPoolExecutor(max_workers=1) as worker:
         pending: Future[None] | None = None
-        for start in starts:
-            idx = rng.integers(0, n, size=(min(rows, iterations - start), n))
+        for k, start in enumerate(starts):
+            idx = buffers[k % 2][: min(rows, iterations - start)]  # not the one being reduced
+            draw_indices(rng, n, idx)
             if pending is not None:
                 pending.result()
             pending = worker.submit(reduce, start, idx)
@@ -1727,16 +1755,60 @@ class ConfusionMatrix(_Result):
     accuracy: float
 
 
+def _texts(values: Sequence[Hashable] | npt.ArrayLike, name: str) -> npt.NDArray[np.object_]:
+    """Each label's ``str``, as an object array (:func:`_labels` checks the sequence)."""
+    labels = _labels(values, name)
+    array = np.fromiter(labels, dtype=object, count=len(labels))
+    if len(array) and infer_dtype(array, skipna=False) != "string":
+        array = np.fromiter((str(v) for v in labels), dtype=object, count=len(labels))
+    return array
+
+
+def _shared_codes(
+    *arrays: npt.NDArray[np.object_],
+) -> tuple[list[npt.NDArray[np.intp]], list[str]]:
+    """The texts of ``arrays`` coded in one space: equal codes exactly where the texts are equal.
+
+    Returns each array's codes and the distinct texts (in order of first appearance), so the
+    per-item comparisons and counts of the label statistics are array operations (issue 41:
+    a hundred thousand trials have millions of items) with the counts the loops gave.
+    """
+    sizes = np.cumsum([len(a) for a in arrays])[:-1]
+    joined = np.concatenate(arrays) if arrays else np.empty(0, dtype=object)
+    codes, uniques = pd.factorize(joined)
+    return list(np.split(np.asarray(codes, dtype=np.intp), sizes)), list(uniques.tolist())
+
+
+def _positions(texts: Sequence[str], names: Sequence[str]) -> npt.NDArray[np.intp]:
+    """Each text's index in ``names`` (its first), -1 for a text that is no name."""
+    index: dict[str, int] = {}
+    for i, label in enumerate(names):
+        index.setdefault(label, i)
+    return np.array([index.get(t, -1) for t in texts], dtype=np.intp)
+
+
 def _pair_labels(
     truth: Sequence[Hashable] | npt.ArrayLike, pred: Sequence[Hashable] | npt.ArrayLike
-) -> tuple[list[str], list[str]]:
-    t = [str(v) for v in _labels(truth, "truth")]
-    p = [str(v) for v in _labels(pred, "pred")]
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], list[str]]:
+    """Truth and predictions as ``str``, coded in one space (:func:`_shared_codes`)."""
+    t = _texts(truth, "truth")
+    p = _texts(pred, "pred")
     if len(t) != len(p):
         raise StatsError(f"truth, pred: lengths differ ({len(t)} and {len(p)})")
-    if not t:
+    if not len(t):
         raise StatsError("truth, pred: no items")
-    return t, p
+    (tc, pc), texts = _shared_codes(t, p)
+    return tc, pc, texts
+
+
+def _check_truth(
+    at: npt.NDArray[np.intp], t: npt.NDArray[np.intp], texts: list[str], names: list[str]
+) -> None:
+    """Refuse the first truth (in item order) that is not one of the labels."""
+    outside = at[t] < 0
+    if outside.any():
+        label = texts[int(t[int(np.argmax(outside))])]
+        raise StatsError(f"truth: label {label!r} is not in labels {names}")
 
 
 def newcombe_diff(x1: int, n1: int, x2: int, n2: int, conf: float = 0.95) -> dict[str, Any]:
@@ -1810,20 +1882,19 @@ def error_null_excluding_truth(truth: Sequence[Hashable], labels: Sequence[str])
     """Expected shares of the wrong answers when an error is any label but the true one.
 
     Each wrong item adds ``1/(k − 1)`` to every label other than its truth (``1/k`` to each
-    when its truth is not a label); the result is divided by the number of items.
+    when its truth is not a label); the result is divided by the number of items. The shares
+    are added item by item, in order (a cumulative sum: the bits of the loop it replaces).
     """
     labs = [str(lb) for lb in labels]
     k = len(labs)
     if k < 2 or not truth:
         raise StatsError("error_null_excluding_truth: needs two labels and one wrong item")
-    weights = np.zeros(k)
-    for t in truth:
-        if str(t) in labs:
-            row = np.full(k, 1.0 / (k - 1))
-            row[labs.index(str(t))] = 0.0
-        else:
-            row = np.full(k, 1.0 / k)
-        weights += row
+    (codes,), texts = _shared_codes(_texts(truth, "truth"))
+    at = _positions(texts, labs)[codes]  # each item's truth as a label index, -1 if none
+    share = np.where(at >= 0, 1.0 / (k - 1), 1.0 / k)
+    weights = np.array(
+        [np.cumsum(np.where(at == j, 0.0, share))[-1] for j in range(k)], dtype=np.float64
+    )
     return [float(w) for w in weights / len(truth)]
 
 
@@ -1836,18 +1907,14 @@ def confusion_matrix(
     names = [str(label) for label in labels]
     if len(set(names)) != len(names) or not names:
         raise StatsError("labels: must be non-empty and distinct")
-    t, p = _pair_labels(truth, pred)
-    index = {label: i for i, label in enumerate(names)}
+    t, p, texts = _pair_labels(truth, pred)
+    at = _positions(texts, names)
+    _check_truth(at, t, texts, names)
     k = len(names)
-    matrix = np.zeros((k, k), dtype=np.int64)
-    other = np.zeros(k, dtype=np.int64)
-    for true_label, pred_label in zip(t, p, strict=True):
-        if true_label not in index:
-            raise StatsError(f"truth: label {true_label!r} is not in labels {names}")
-        if pred_label in index:
-            matrix[index[true_label], index[pred_label]] += 1
-        else:
-            other[index[true_label]] += 1
+    ti, pi = at[t], at[p]
+    named = pi >= 0
+    matrix = np.bincount(ti[named] * k + pi[named], minlength=k * k).reshape(k, k)
+    other = np.bincount(ti[~named], minlength=k)
     correct = int(np.trace(matrix))
     return ConfusionMatrix(
         tuple(names),
@@ -1884,24 +1951,25 @@ def canonical_share(
     canonical: str = "RIGHT",
 ) -> ProportionResult:
     """Share of errors (pred ≠ truth) whose prediction is ``canonical``, with Wilson CI."""
-    t, p = _pair_labels(truth, pred)
-    errors = [pl for tl, pl in zip(t, p, strict=True) if tl != pl]
-    hits = sum(1 for pl in errors if pl == str(canonical))
-    return _proportion(f"canonical_share:{canonical}", hits, len(errors))
+    t, p, texts = _pair_labels(truth, pred)
+    errors = t != p
+    code = texts.index(str(canonical)) if str(canonical) in texts else -1
+    hits = int(np.count_nonzero(errors & (p == code)))
+    return _proportion(f"canonical_share:{canonical}", hits, int(np.count_nonzero(errors)))
 
 
 def flip_rate(
     a: Sequence[Hashable] | npt.ArrayLike, b: Sequence[Hashable] | npt.ArrayLike
 ) -> ProportionResult:
     """Share of paired items whose answers differ (compared as strings), with Wilson CI."""
-    first = [str(v) for v in _labels(a, "a")]
-    second = [str(v) for v in _labels(b, "b")]
+    first = _texts(a, "a")
+    second = _texts(b, "b")
     if len(first) != len(second):
         raise StatsError(f"a, b: paired answers need equal lengths ({len(first)}, {len(second)})")
-    if not first:
+    if not len(first):
         raise StatsError("a, b: no paired items")
-    flips = sum(1 for u, v in zip(first, second, strict=True) if u != v)
-    return _proportion("flip_rate", flips, len(first))
+    (fc, sc), _ = _shared_codes(first, second)
+    return _proportion("flip_rate", int(np.count_nonzero(fc != sc)), len(first))
 
 
 @dataclass(frozen=True)
@@ -1930,14 +1998,17 @@ def position_bias_tvd(
     names = [str(label) for label in labels]
     if len(set(names)) != len(names) or not names:
         raise StatsError("labels: must be non-empty and distinct")
-    t, p = _pair_labels(truth, pred)
+    t, p, texts = _pair_labels(truth, pred)
     n = len(t)
-    for label in t:
-        if label not in names:
-            raise StatsError(f"truth: label {label!r} is not in labels {names}")
-    p_pred = np.array([sum(1 for v in p if v == name) / n for name in names])
-    p_truth = np.array([sum(1 for v in t if v == name) / n for name in names])
-    p_other = sum(1 for v in p if v not in names) / n
+    at = _positions(texts, names)
+    _check_truth(at, t, texts, names)
+    k = len(names)
+    pi = at[p]
+    pred_counts = np.bincount(pi[pi >= 0], minlength=k).tolist()
+    truth_counts = np.bincount(at[t], minlength=k).tolist()
+    p_pred = np.array([c / n for c in pred_counts])
+    p_truth = np.array([c / n for c in truth_counts])
+    p_other = int(np.count_nonzero(pi < 0)) / n
     diff = np.abs(p_pred - p_truth)
     tvd = 0.5 * (float(diff.sum()) + p_other)
     return PositionBiasResult(

@@ -352,3 +352,52 @@ def test_a_really_singular_model_is_flagged_beside_every_model_verdict(
     html = render_html(report)
     verdicts_html = html.split("<h2>Verdicts")[1].split("<h2>")[0]
     assert verdicts_html.count("caution:") == 3
+
+
+def test_items_read_once_per_scores_blob_are_the_items_of_every_trial(
+    study: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 41: trials whose scores are one blob reuse its item codes; the items are unchanged.
+
+    The item columns equal each trial's scores read one by one, in ``trial.scored`` order, and
+    with the memory at one blob (and one tuple a column) the dataset is the same frame.
+    """
+    import analysis._analyze as analyze_module
+    import analysis._rows as rows_module
+    from analysis._rows import plain
+
+    score_study(study, study_key())
+    unblind_study(study, study_key())
+    with Ledger.open(study / "ledger.db", readonly=True) as log:
+        digests = [e.blobs["scores"] for e in log.events("trial.scored")]
+        expected = [
+            (item["row"], item["position"], item["truth"], item["answer"], item["correct"])
+            for digest in digests
+            for item in json.loads(log.blob(digest))
+        ]
+        real_blob, reads = log.blob, []
+
+        def counted(digest: str) -> bytes:
+            reads.append(digest)
+            return real_blob(digest)
+
+        monkeypatch.setattr(log, "blob", counted)
+        ds = load_dataset(log)
+        assert len(reads) == len(set(digests)) < len(digests)  # each blob read once
+        reads.clear()
+        monkeypatch.setattr(analyze_module, "SCORES_MEMO", 1)
+        monkeypatch.setattr(rows_module, "EXTEND_MEMO", 1)
+        again = load_dataset(log)
+        changes = sum(1 for i, d in enumerate(digests) if i == 0 or digests[i - 1] != d)
+        assert len(reads) == changes
+    import pandas as pd
+
+    columns = ["row", "position", "truth", "answer", "correct"]
+    got = plain(ds.items)  # a control's items have no row or position: NaN, as pandas reads None
+    pd.testing.assert_frame_equal(
+        got.loc[:, columns], pd.DataFrame(expected, columns=columns), check_dtype=False
+    )
+    assert got["truth_original"].tolist() == got["truth"].tolist()
+    assert got["answer_original"].fillna("-").tolist() == got["answer"].fillna("-").tolist()
+    pd.testing.assert_frame_equal(ds.items, again.items)
+    pd.testing.assert_frame_equal(ds.trials, again.trials)

@@ -6,6 +6,7 @@ import math
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -130,3 +131,96 @@ def test_columns_frame_releases_and_repeats_columns() -> None:
     assert list(frame["trial"].astype(str)) == ["a", "a", "b"]
     assert isinstance(frame["trial"].dtype, pd.CategoricalDtype)
     assert list(frame["item"]) == [0, 1, 0]
+
+
+def test_extend_is_append_one_by_one_with_types_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Column.extend gives the codes and values append gives, tuple after tuple.
+
+    Equal tuples of other types (True and 1, 1 and 1.0) are not confused by the remembered
+    codes, unhashable values are appended one by one, and a full memory is forgotten.
+    """
+    import analysis._rows as rows_module
+
+    monkeypatch.setattr(rows_module, "EXTEND_MEMO", 3)
+    runs: list[tuple[Any, ...]] = [
+        ("UP", "DOWN", "UP"),
+        (1, 0, 1),
+        (True, False, True),
+        (1.0, 0.0, 1.0),
+        ("UP", "DOWN", "UP"),
+        (None, "UP"),
+        ([1], {"a": 1}),
+        ((1, 2), "x"),
+        (True, False, True),
+        ("LEFT",),
+        ("UP", "DOWN", "UP"),
+        (),
+    ]
+    extended, appended = Column(), Column()
+    for run in runs:
+        codes = extended.extend(run)
+        for value in run:
+            appended.append(value)
+        assert len(codes) == len(run)
+        assert len(extended) == len(appended)
+    got, expected = list(extended.objects()), list(appended.objects())
+    assert got == expected
+    assert [type(v) for v in got] == [type(v) for v in expected]
+    assert len(extended._runs) <= 3
+
+
+def test_extend_codes_repeat_an_extend() -> None:
+    """The codes extend returns, given back by extend_codes, add the same values again."""
+    column = Column()
+    codes = column.extend(("a", 1, True))
+    column.extend_codes(codes)
+    assert list(column.objects()) == ["a", 1, True, "a", 1, True]
+    assert [type(v) for v in column.objects()] == [str, int, bool] * 2
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [1, 2, 2, -5],
+        [True, False, True],
+        [2**63 - 1, 0],
+        [2**63, 1],  # beyond int64: pandas decides (uint64)
+        [-(2**63) - 1, 1],  # below int64: object
+        [1, True],  # mixed: object
+        [1, 2.5],
+        [1, None],
+        ["a", "b"],
+    ],
+)
+def test_typed_columns_are_what_pandas_infers(values: list[Any]) -> None:
+    """columns_frame's direct int64 and bool arrays equal pandas' inference from the objects."""
+    column = Column()
+    for value in values:
+        column.append(value)
+    expected = pd.DataFrame({"x": values})
+    got = columns_frame({"x": column}, ["x"])
+    pd.testing.assert_frame_equal(got, expected)
+    assert got["x"].dtype == expected["x"].dtype
+    typed = column.typed()
+    if typed is not None:
+        assert typed.dtype in (np.int64, np.bool_)
+        assert typed.tolist() == values
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pd.Series(pd.Categorical(["s1", None, "s2", "nan", "s1"])),
+        pd.Series(pd.Categorical([1, 2, None, 1])),
+        pd.Series(pd.Categorical([None, None], categories=[])),
+        pd.Series(["s1", None, "s2"], dtype="str"),
+        pd.Series([1, 2, 3]),
+    ],
+)
+def test_str_in_is_astype_str_isin(values: pd.Series) -> None:
+    """Issue 41: a category column is tested by its categories, with astype(str).isin's answer."""
+    from analysis._analyze import _str_in
+
+    for keep in ({"s1"}, {"1", "s2"}, {"nan"}, set()):
+        expected = values.astype(str).isin(keep).to_numpy()
+        assert _str_in(values, keep).tolist() == expected.tolist(), keep

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from analysis._identical import identical_values
+from analysis._identical import CopyWatch, identical_values
 from runner.spec import load_study
 from verify import _copies
 
@@ -127,3 +129,62 @@ def test_copies_are_found_by_the_same_rule_on_both_sides(
     assert mine["models"] == theirs["models"] == pairs
     assert ("twice" in mine["note"]) == bool(pairs)
     assert ("copies, not independent" in mine["note"]) == bool(replicates)
+
+
+cells = st.lists(
+    st.tuples(
+        st.sampled_from(["A", "B"]),
+        st.sampled_from(["s1", "s2"]),
+        st.integers(1, 3),
+        st.one_of(st.none(), st.sampled_from(["x", "y"])),  # None: no readable text
+    ),
+    max_size=16,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cells, st.sampled_from([(), ("m1",)]), st.booleans())
+def test_the_watch_stops_only_where_the_rule_gives_none(
+    drawn: list[tuple[str, str, int, str | None]], models: tuple[str, ...], shuffled: bool
+) -> None:
+    """Issue 41: CopyWatch rules copies out only where identical_values is None.
+
+    Responses are fed in seq order (their order in the table, or reversed); whenever the watch
+    stops, the rule on every digest gives None; a table with a key twice never stops.
+    """
+    model = models[0] if models else ""
+    rows = [
+        {"arm": a, "model": model, "stimulus": s, "variant": "", "rep": r, "response_seq": i}
+        for i, (a, s, r, _t) in enumerate(drawn)
+    ]
+    frame = pd.DataFrame(
+        rows, columns=["arm", "model", "stimulus", "variant", "rep", "response_seq"]
+    )
+    digests = {
+        i: None if t is None else hashlib.sha256(t.encode()).hexdigest()
+        for i, (*_k, t) in enumerate(drawn)
+    }
+    watch = CopyWatch(frame, models)
+    seqs = sorted(digests, reverse=shuffled)
+    stopped_at = next((n for n, seq in enumerate(seqs) if watch.add(seq, digests[seq])), None)
+    keys = [(a, s, r) for a, s, r, _t in drawn]
+    if len(set(keys)) != len(keys):
+        assert not watch.active and stopped_at is None
+    if stopped_at is not None:
+        assert watch.ruled_out
+        assert identical_values(frame, digests, models) is None
+
+
+def test_the_watch_stops_early_and_never_with_model_pairs() -> None:
+    """Two texts in one cell of each arm end the reading; two models keep every response."""
+    texts = {("A", "m1", "s1", r): f"t{r}" for r in (1, 2, 3)}
+    texts |= {("B", "m1", "s1", r): f"u{r}" for r in (1, 2, 3)}
+    frame, _rows = _trials(texts)
+    digests = {i: hashlib.sha256(t.encode()).hexdigest() for i, t in enumerate(texts.values())}
+    watch = CopyWatch(frame, ("m1",))
+    read = [seq for seq in sorted(digests) if not watch.add(seq, digests[seq])]
+    assert watch.ruled_out and read == [0, 1, 2, 3]  # A's two texts at seq 1, B's at seq 4
+    assert identical_values(frame, digests, ("m1",)) is None
+    two = CopyWatch(frame, ("m1", "m2"))
+    assert not two.active
+    assert not any(two.add(seq, d) for seq, d in digests.items())

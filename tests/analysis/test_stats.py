@@ -830,3 +830,28 @@ def test_equivalence_rule() -> None:
         stats.equivalence({}, 0.1)
     with pytest.raises(StatsError, match="per_group_diffs"):
         stats.equivalence({"a": math.nan}, 0.1)
+
+
+@pytest.mark.parametrize(("piece", "chunk"), [(1, 7), (5, 64), (8192, 1 << 18), (3, 12)])
+def test_indices_drawn_in_pieces_are_one_call_s_stream(
+    piece: int, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 41: draw_indices and the chunked, pipelined resampled means are the one-call draw.
+
+    The pieces and chunks (several chunks: the two-thread pipeline) leave the generator where
+    one ``integers`` call over the whole block leaves it, and the means are its rows' means.
+    """
+    monkeypatch.setattr(stats, "DRAW_PIECE", piece)
+    monkeypatch.setattr(stats, "CHUNK_ELEMENTS", chunk)
+    for n, iterations in ((1, 9), (13, 40), (29, 17)):
+        values = np.random.default_rng(n).random(n)
+        one = np.random.Generator(np.random.PCG64(99))
+        expected = values[one.integers(0, n, size=(iterations, n))].mean(axis=1)
+        pieces = np.random.Generator(np.random.PCG64(99))
+        got = stats._resampled_means(pieces, values, iterations)
+        assert np.array_equal(got, expected)
+        assert pieces.bit_generator.state == one.bit_generator.state
+        out = np.empty((3, n), dtype=np.int64)
+        stats.draw_indices(pieces, n, out)
+        assert np.array_equal(out, one.integers(0, n, size=(3, n)))
+        assert pieces.bit_generator.state == one.bit_generator.state
