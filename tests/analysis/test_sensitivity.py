@@ -891,6 +891,26 @@ def test_a_likelihood_with_two_maxima_is_fitted_at_the_higher_on_both_sides() ->
     assert read == (own.params.tolist(), None)
 
 
+def _arm_near_ceiling(
+    seed: int, sd_a: float, reps: int
+) -> tuple[Any, Any, list[str], list[str], list[str]]:
+    """Six probes x arms A, B, C, ``reps`` trials a cell; arm A's residual SD ``sd_a`` (near
+    ceiling) beside 0.25 and 0.28: ``(y, X, probes, cells, arms)``."""
+    rng = np.random.default_rng(seed)
+    sd = {"A": sd_a, "B": 0.25, "C": 0.28}
+    g, arm, y = [], [], []
+    for j in range(6):
+        u = rng.normal(0, 0.15)
+        for k, a in enumerate("ABC"):
+            w = rng.normal(0, 0.17)
+            y += list(0.3 * k + u + w + rng.normal(0, sd[a], reps))
+            g += [f"p{j}"] * reps
+            arm += [a] * reps
+    cell = [f"{p}|{a}" for p, a in zip(g, arm, strict=True)]
+    x = np.column_stack([np.ones(len(y))] + [[v == b for v in arm] for b in "BC"]).astype(float)
+    return np.array(y), x, g, cell, arm
+
+
 def test_df_keep_their_digits_with_an_arm_near_ceiling_and_hundreds_of_trials_a_cell() -> None:
     """An arm whose residual variance is near 0 (at ceiling) beside cells of 500 trials: the
     Woodbury difference ``XᵀWX − ZᵀWX·K·ZᵀWX`` loses digits with the condition of
@@ -898,19 +918,7 @@ def test_df_keep_their_digits_with_an_arm_near_ceiling_and_hundreds_of_trials_a_
     a cell (an honest 99,995-trial archive failed verification at 1e-6). ``gls`` and
     ``satterthwaite_parts`` keep them: writer and verifier (its own atoms and Cholesky) agree
     to 1e-9 (se, df) and 1e-8 (estimate, and p, which amplifies the estimate's rounding)."""
-    rng = np.random.default_rng(41)
-    sd = {"A": 0.01, "B": 0.25, "C": 0.28}
-    g, arm, y = [], [], []
-    for j in range(6):
-        u = rng.normal(0, 0.15)
-        for k, a in enumerate("ABC"):
-            w = rng.normal(0, 0.17)
-            y += list(0.3 * k + u + w + rng.normal(0, sd[a], 500))
-            g += [f"p{j}"] * 500
-            arm += [a] * 500
-    cell = [f"{p}|{a}" for p, a in zip(g, arm, strict=True)]
-    x = np.column_stack([np.ones(len(y))] + [[v == b for v in arm] for b in "BC"]).astype(float)
-    yv = np.array(y)
+    yv, x, g, cell, arm = _arm_near_ceiling(41, 0.01, 500)
     het = sens.fit_reml(yv, x, g, [g, cell], arm, ["group", "group_by_arm", "rA", "rB", "rC"])
     assert het.params[2] < 1e-2 * het.params[3]  # the ceiling arm's residual variance
     model = RemlModel(yv, x, g, [g, cell], arm)
@@ -927,19 +935,7 @@ def test_an_arm_near_ceiling_with_hundreds_of_trials_a_cell_is_fitted() -> None:
     the Woodbury form, ``l_R``'s rounding hid the last Newton steps' gains and the fit failed
     its own check ("the REML fit failed", recorded as not fitted). On the atoms it is fitted,
     and the verifier's own REML check accepts the point as the maximum."""
-    rng = np.random.default_rng(43)
-    sd = {"A": 0.005, "B": 0.25, "C": 0.28}
-    g, arm, y = [], [], []
-    for j in range(6):
-        u = rng.normal(0, 0.15)
-        for k, a in enumerate("ABC"):
-            w = rng.normal(0, 0.17)
-            y += list(0.3 * k + u + w + rng.normal(0, sd[a], 300))
-            g += [f"p{j}"] * 300
-            arm += [a] * 300
-    cell = [f"{p}|{a}" for p, a in zip(g, arm, strict=True)]
-    x = np.column_stack([np.ones(len(y))] + [[v == b for v in arm] for b in "BC"]).astype(float)
-    yv = np.array(y)
+    yv, x, g, cell, arm = _arm_near_ceiling(43, 0.005, 300)
     names = ["group", "group_by_arm", "rA", "rB", "rC"]
     het = sens.fit_reml(yv, x, g, [g, cell], arm, names)
     point, problem = vst_check(RemlModel(yv, x, g, [g, cell], arm), het.params)
