@@ -323,9 +323,9 @@ class _Blocks:
     def _loglik(self, theta: Floats) -> float:
         """``l_R`` on the atoms (:meth:`_atoms`), keeping its digits at any sample size.
 
-        Per group ``V = LLᵀ`` on the atoms'
-        indicators, ``S_X = L⁻¹X``, ``S_y = L⁻¹y``; the contrasts within the atoms add
-        ``(n_r − atoms_r)·log φ_r`` and their sums of squares over ``φ_r``. No ``ZᵀWZ``-sized
+        Per group ``V = LLᵀ`` on the atoms' indicators, ``S_X = L⁻¹X``, ``S_y = L⁻¹y``; the
+        contrasts within the atoms add ``(n_r − atoms_r)·log φ_r`` and their sums of squares
+        over ``φ_r``. No ``ZᵀWZ``-sized
         difference is taken, so ``l_R`` keeps the digits the Newton steps compare (the
         Woodbury form's rounding, ~1e-8 with thousands of trials a cell and an arm's residual
         variance near 0, hid gains of 1e-9 from the line search).
@@ -512,7 +512,7 @@ class _Blocks:
         except np.linalg.LinAlgError:
             info_cov = np.full((m, m), math.nan)
         got = (cmat, info_cov, [c @ cmat for c in cb])
-        self._df_memo[key] = got
+        _remember(self._df_memo, key, got, self._memo_size)
         return got
 
     def cov_gradient(self, theta: Floats, free: list[int]) -> list[Floats]:
@@ -550,9 +550,8 @@ class _Blocks:
         cell holds thousands of trials and an arm's residual variance is near 0 (the Woodbury
         form's rounding there, ~2·10⁻⁴ in ``log θ``, kept the fit from passing its own check).
         """
-        if np.any(theta[: self.k] < 0) or np.any(theta[self.k :] <= 0):
-            raise ValueError("the REML likelihood is undefined at these variances")
-        if not np.all(np.isfinite(theta)):
+        bad = np.any(theta[: self.k] < 0) or np.any(theta[self.k :] <= 0)
+        if bad or not np.all(np.isfinite(theta)):
             raise ValueError("the REML likelihood is undefined at these variances")
         cmat, beta = self.gls(theta)
         beta = beta - self.offset

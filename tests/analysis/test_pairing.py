@@ -83,6 +83,14 @@ def test_pair_codes_are_equal_exactly_when_the_keys_are() -> None:
             assert (lk[i] == rk[j]) == (keys_l[i] == keys_r[j])
 
 
+def _assert_coded_pairs_as_merged(ds: Dataset, items: pd.DataFrame) -> None:
+    """With ``items`` in place of ``ds``'s, the pairs go by 64-bit codes and equal the merge's."""
+    other = Dataset(ds.trials, items, ARMS, (), "0" * 64)
+    it = other.items
+    assert _pair_codes(it[it["arm"] == "A"], it[it["arm"] == "B"]) is not None
+    pd.testing.assert_frame_equal(_paired_items(other, "A", "B"), _merged(other))
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_float_keys_with_missing_numbers_pair_as_the_merge_pairs(seed: int) -> None:
     ds = _dataset(seed, drop=0.2, duplicate=False, missing_answer=False)
@@ -91,10 +99,7 @@ def test_float_keys_with_missing_numbers_pair_as_the_merge_pairs(seed: int) -> N
     rows[rng.random(len(rows)) < 0.3] = np.nan  # items with no row number (as controls have)
     items = ds.items.assign(row=rows, position=ds.items["position"].astype(float))
     items = items.drop_duplicates([*_PAIR_KEYS, "arm"]).reset_index(drop=True)
-    other = Dataset(ds.trials, items, ARMS, (), "0" * 64)
-    it = other.items
-    assert _pair_codes(it[it["arm"] == "A"], it[it["arm"] == "B"]) is not None
-    pd.testing.assert_frame_equal(_paired_items(other, "A", "B"), _merged(other))
+    _assert_coded_pairs_as_merged(ds, items)
 
 
 def test_float_keys_that_are_not_whole_numbers_pair_as_the_merge_pairs() -> None:
@@ -102,10 +107,7 @@ def test_float_keys_that_are_not_whole_numbers_pair_as_the_merge_pairs() -> None
     rows = ds.items["row"].to_numpy(dtype=float, copy=True) / 4.0  # 0.25, 0.5
     rows[::7] = np.nan
     items = ds.items.assign(row=rows, position=ds.items["position"] * -1.5)
-    other = Dataset(ds.trials, items, ARMS, (), "0" * 64)
-    it = other.items
-    assert _pair_codes(it[it["arm"] == "A"], it[it["arm"] == "B"]) is not None
-    pd.testing.assert_frame_equal(_paired_items(other, "A", "B"), _merged(other))
+    _assert_coded_pairs_as_merged(ds, items)
 
 
 def test_a_key_column_of_objects_is_left_to_the_merge() -> None:

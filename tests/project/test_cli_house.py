@@ -56,12 +56,17 @@ def test_the_viewers_modules_import_no_statistics_or_figures_library() -> None:
         "heavy = ('scipy.stats', 'statsmodels', 'matplotlib')\n"
         "print('HEAVY:', *(m for m in heavy if m in sys.modules))"
     )
+    lines = _probe_lines(probe)
+    assert lines[-2].startswith("CELLS: ") and "p = " in lines[-2] and "p < 0.05" in lines[-2]
+    assert lines[-1] == "HEAVY:"
+
+
+def _probe_lines(probe: str) -> list[str]:
+    """The lines a fresh interpreter prints running ``probe`` (its modules loaded from nothing)."""
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     ).stdout
-    lines = out.strip().splitlines()
-    assert lines[-2].startswith("CELLS: ") and "p = " in lines[-2] and "p < 0.05" in lines[-2]
-    assert lines[-1] == "HEAVY:"
+    return out.strip().splitlines()
 
 
 def test_the_export_and_report_modules_import_no_statistics_library() -> None:
@@ -79,10 +84,7 @@ def test_the_export_and_report_modules_import_no_statistics_library() -> None:
         "heavy = ('scipy', 'statsmodels')\n"
         "print('HEAVY:', *(m for m in heavy if m in sys.modules))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
-    lines = out.strip().splitlines()
+    lines = _probe_lines(probe)
     assert lines[-2] == "LINE: rule `p < 0.05`; p = 0.01"
     assert lines[-1] == "HEAVY:"
 
